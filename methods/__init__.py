@@ -1,0 +1,1 @@
+"""Registered schemes, one file each, grouped by family (discovered by workbench.registry)."""

@@ -1,0 +1,1 @@
+"""advantage schemes; see workbench.families for the contract."""

@@ -1,0 +1,1 @@
+"""batch_size schemes; see workbench.families for the contract."""

@@ -1,0 +1,1 @@
+"""entropy schemes; see workbench.families for the contract."""

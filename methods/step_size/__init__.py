@@ -1,0 +1,1 @@
+"""step_size schemes; see workbench.families for the contract."""

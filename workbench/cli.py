@@ -1,0 +1,285 @@
+"""The ``workbench`` command line.
+
+Bad input (a spec, an argument) ends with one message and exit code 2, before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """A bad command-line argument."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own exit 2, with our wording
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    line = "  ".join(c.ljust(widths[c]) for c in columns)
+    body = ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join([line, "  ".join("-" * widths[c] for c in columns), *body])
+
+
+# --------------------------------------------------------------------------------- commands
+
+
+def cmd_methods(args) -> int:
+    from workbench import registry
+    from workbench.hyperparams import describe
+
+    names = registry.available(args.family) if args.family else registry.available()
+    rows = []
+    for key in names:
+        family, name = (args.family, key) if args.family else key.split("/")
+        cls = registry.get(family, name)
+        rows.append({"name": name, "family": family, "fidelity": cls.fidelity,
+                     "reference": str(cls.reference),
+                     "hyperparameters": "; ".join(f"{k}={describe(hp)}"
+                                                  for k, hp in cls.hyperparameters.items())})
+    print(_table(rows, ["name", "family", "fidelity", "reference", "hyperparameters"]))
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    from workbench.tasks import TASKS
+
+    rows = [{"name": t.name, "slots": ",".join(t.slots), "provides": ",".join(sorted(t.provides)),
+             "metrics": ",".join(t.metrics), "params": ",".join(t.Params.model_fields),
+             "description": t.description} for t in TASKS.values()]
+    print(_table(rows, ["name", "slots", "provides", "metrics", "params", "description"]))
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from workbench import engine, spec
+    from workbench.progress import SweepProgress
+
+    sweep = spec.load(args.spec, storage=args.storage)
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    engine.resolve_device(args.device or sweep.spec.device)
+    for note in sweep.notes:
+        print(f"note: {note}", file=sys.stderr)
+    bar = SweepProgress(sweep, quiet=args.quiet)
+    try:
+        final = engine.run_sweep(sweep, workers=args.workers, device=args.device, progress=bar)
+    finally:
+        bar.close()
+    _print_status(sweep, final)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from workbench import engine, spec
+    from workbench.store import Store
+
+    sweep = spec.load(args.spec, storage=args.storage)
+    store = Store.from_url(sweep.storage)
+    if not store.exists():
+        print(f"no store at {sweep.storage} yet: no trial has run", file=sys.stderr)
+        statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {})
+                    for p in sweep.studies]
+    else:
+        statuses = engine.study_status(sweep, store.optuna_storage())
+    _print_status(sweep, statuses)
+    return 0
+
+
+def _print_status(sweep, statuses) -> None:
+    rows = []
+    for s in statuses:
+        rows.append({"study": s.label, "done": f"{s.finished}/{s.total}", "pruned": s.pruned,
+                     "failed": s.failed, "running": s.running,
+                     "best": "—" if s.best_value is None else f"{s.best_value:.6g}",
+                     "best params": ", ".join(f"{k}={v:.4g}" if isinstance(v, float)
+                                              else f"{k}={v}" for k, v in s.best_params.items())})
+    print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task.name}, "
+          f"{len(sweep.seeds)} seeds, store {sweep.storage}")
+    print(_table(rows, ["study", "done", "pruned", "failed", "running", "best", "best params"]))
+
+
+def _parse_value(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def cmd_run(args) -> int:
+    import torch
+
+    from workbench import engine, registry, spec
+    from workbench.tasks import Budget, get_task
+
+    source = "workbench run"
+    try:
+        task = get_task(args.task)
+    except LookupError as err:
+        raise spec.SpecError(source, "TASK", str(err)) from None
+    chosen, method_values, task_values = {}, {}, {}
+    for item in args.assignments:
+        if "=" not in item:
+            raise spec.SpecError(source, item, "expected SLOT=METHOD, SLOT.PARAM=VALUE or "
+                                 "PARAM=VALUE")
+        key, value = item.split("=", 1)
+        if key in task.slots:
+            chosen[key] = value
+        elif "." in key and key.split(".", 1)[0] in task.slots:
+            slot, name = key.split(".", 1)
+            method_values.setdefault(slot, {})[name] = _parse_value(value)
+        else:
+            task_values[key] = _parse_value(value)
+    missing = [s for s in task.slots if s not in chosen]
+    if missing:
+        raise spec.SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "
+                             + ", ".join(registry.available(missing[0])))
+    steps = args.steps if args.steps is not None else 100
+    document = {"task": {"name": args.task, "params": task_values},
+                "methods": {slot: [{"name": name, "fixed": method_values.get(slot, {})}]
+                            for slot, name in chosen.items()},
+                "seeds": [args.seed], "trials": 1, "budget": {"steps": steps}}
+    try:
+        checked = spec.SweepSpec.model_validate(document)
+    except ValidationError as err:
+        raise spec._pydantic_message(source, err) from None
+    sweep = spec.resolve(checked, source)
+    methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
+    device = engine.resolve_device(args.device)
+    torch.manual_seed(args.seed)
+    started = time.perf_counter()
+    result = task().run(sweep.task_params, methods, seed=args.seed, device=device,
+                        budget=Budget(steps=steps), log=lambda step, metrics: None)
+    result["elapsed_seconds"] = time.perf_counter() - started
+    if args.json:
+        print(json.dumps(result, default=float))
+    else:
+        print(f"task {task.name}, seed {args.seed}, device {device}: "
+              + ", ".join(f"{slot}={m!r}" for slot, m in methods.items()))
+        for key, value in result.items():
+            shown = f"{value:.10g}" if isinstance(value, float) and math.isfinite(value) else value
+            print(f"  {key:<22} {shown}")
+    return 0
+
+
+def cmd_ui(args) -> int:
+    from workbench import spec
+    from workbench.store import Store
+
+    url = args.storage or (spec.load(args.spec).storage if args.spec else spec.default_storage())
+    url = spec.normalise_storage(url, "--storage", "")
+    store = Store.from_url(url)
+    if not store.exists():
+        raise spec.SpecError("--storage", "", f"no store at {url}; run `workbench sweep` first")
+    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    print(f"MLflow UI on {store.mlflow_url}: http://127.0.0.1:{args.port}  (Ctrl-C stops it)",
+          flush=True)
+    command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", "127.0.0.1",
+               "--port", str(args.port)]
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_report(args) -> int:
+    from workbench import report, spec
+
+    sweep = spec.load(args.spec, storage=args.storage)
+    out = Path(args.out) if args.out else Path("reports") / "out" / sweep.name
+    try:
+        written = report.build(sweep, out)
+    except report.ReportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
+# ----------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("methods", help="list registered methods")
+    p.add_argument("--family", choices=["step_size", "batch_size", "entropy", "advantage"])
+    p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("tasks", help="list tasks, their slots, parameters and metrics")
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("sweep", help="run or continue a sweep until every study is complete")
+    p.add_argument("spec", help="sweep spec (YAML)")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes")
+    p.add_argument("--storage", help="store URL (overrides the spec): sqlite:///FILE or "
+                                     "postgresql://USER@HOST/DB")
+    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("run", help="run one configuration once, without tuning")
+    p.add_argument("task", help="task name (see `workbench tasks`)")
+    p.add_argument("assignments", nargs="*",
+                   help="SLOT=METHOD, SLOT.PARAM=VALUE (method) or PARAM=VALUE (task)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, help="budget in steps (default 100)")
+    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="trials done and best value per study")
+    p.add_argument("spec")
+    p.add_argument("--storage")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("ui", help="the MLflow UI on the store, on 127.0.0.1")
+    p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
+    p.add_argument("--storage")
+    p.add_argument("--port", type=int, default=5000)
+    p.set_defaults(func=cmd_ui)
+
+    p = sub.add_parser("report", help="rebuild figures and tables from the store")
+    p.add_argument("spec")
+    p.add_argument("--storage")
+    p.add_argument("--out", help="output folder (default reports/out/SWEEP)")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workbench.spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (SpecError, UsageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted; run the same command again to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""The sweep engine: one Optuna study per method combination, trials over every seed.
+
+A worker claims a trial under the store's lock only while its study has fewer finished plus
+running trials than the spec asks for, so running the same command again (or several workers
+at once) never adds a trial beyond that number. A claimed trial samples its hyperparameters,
+runs the task once per seed (one MLflow run each), reports intermediate values for pruning at
+``pruner.report_points`` steps per seed (intermediate step ``seed_index * points + i``, the
+same for every trial) and returns the objective aggregated over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from workbench import stats, tracking
+from workbench.objective import ObjectiveTracker
+from workbench.spec import SpecError, StudyPlan, Sweep, load
+from workbench.store import HEARTBEAT_INTERVAL_S, Store
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+class StopRun(Exception):
+    """Ends a trial early, marked pruned: the pruner said so, or the run diverged."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``auto`` (or None): CUDA when available, else the CPU."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device", "", "cuda was asked for but torch.cuda.is_available() is "
+                        "false; allowed here: auto, cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise SpecError("--device", "", f"unknown device {name!r}; allowed: auto, cpu, cuda")
+    return torch.device(name)
+
+
+def make_sampler(sweep: Sweep, plan: StudyPlan, salt: int) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded from the spec's seed, the study and ``salt`` (the number of
+    trials so far), so a resumed or parallel worker does not replay earlier draws."""
+    spec = sweep.spec.sampler
+    seed = zlib.crc32(f"{spec.seed}:{plan.name}:{salt}".encode())
+    if spec.name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if spec.name == "grid":
+        return optuna.samplers.GridSampler(plan.grid(spec.grid_points), seed=seed)
+    if spec.name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=spec.startup_trials,
+                                            warn_independent_sampling=False)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials,
+                                      constant_liar=True)
+
+
+def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
+    spec = sweep.spec.pruner
+    if spec.name == "none":
+        return optuna.pruners.NopPruner()
+    if spec.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=1, max_resource=len(sweep.seeds) * spec.report_points,
+            reduction_factor=spec.reduction_factor)
+    return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials,
+                                       n_warmup_steps=spec.warmup_steps)
+
+
+def report_steps(steps: int, points: int) -> dict[int, int]:
+    """Training step -> index of the intermediate value reported there."""
+    marks = sorted({max(1, round(steps * (i + 1) / points)) for i in range(points)})
+    return {step: i for i, step in enumerate(marks)}
+
+
+def suggest(trial: optuna.Trial, name: str, dist) -> object:
+    if isinstance(dist, optuna.distributions.FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_categorical(name, dist.choices)
+
+
+class Heartbeat:
+    """Records the trial's heartbeat so a killed worker's trial is later found stale."""
+
+    def __init__(self, storage, trial_id: int):
+        self.storage, self.trial_id = storage, trial_id
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stop_event.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a missed beat only makes the trial look stale later
+                pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join()
+
+
+def setup(sweep: Sweep, store: Store) -> None:
+    """Create the store, the experiment, every study and its parent run (idempotent)."""
+    store.prepare()
+    storage = store.optuna_storage()
+    client = store.mlflow_client()
+    with store.lock(f"setup:{sweep.name}"):
+        experiment_id = tracking.ensure_experiment(client, sweep.name, store.artifact_root)
+        for plan in sweep.studies:
+            study = optuna.create_study(study_name=plan.name, storage=storage,
+                                        direction=sweep.direction, load_if_exists=True)
+            if "mlflow_run_id" in study.user_attrs:
+                continue
+            tags = {**tracking.provenance(), **_plan_tags(sweep, plan),
+                    "workbench.kind": "study", "optuna.study_name": plan.name,
+                    "optuna.study_id": study._study_id}
+            run_id = tracking.start_run(client, experiment_id, plan.label, tags=tags,
+                                        params=_study_params(sweep, plan))
+            study.set_user_attr("mlflow_run_id", run_id)
+            study.set_user_attr("mlflow_experiment_id", experiment_id)
+            study.set_user_attr("sweep", sweep.name)
+            study.set_user_attr("combination", plan.combination)
+            study.set_user_attr("n_trials", plan.n_trials)
+
+
+def _plan_tags(sweep: Sweep, plan: StudyPlan) -> dict[str, str]:
+    tags = {"workbench.sweep": sweep.name, "workbench.study": plan.name,
+            "workbench.method": plan.label, "workbench.task": sweep.task.name}
+    for m in plan.methods:
+        tags[f"workbench.method.{m.slot}"] = m.cls.name
+        tags[f"workbench.fidelity.{m.slot}"] = m.cls.fidelity
+    fidelities = {m.cls.fidelity for m in plan.methods}
+    tags["workbench.fidelity"] = fidelities.pop() if len(fidelities) == 1 else "mixed"
+    return tags
+
+
+def _study_params(sweep: Sweep, plan: StudyPlan) -> dict[str, object]:
+    params = {"task": sweep.task.name, "objective.metric": sweep.metric,
+              "objective.direction": sweep.direction, "objective.at": sweep.spec.objective.at,
+              "objective.aggregate": sweep.spec.objective.aggregate,
+              "seeds": ",".join(map(str, sweep.seeds)), "trials": plan.n_trials,
+              "sampler": sweep.spec.sampler.name, "pruner": sweep.spec.pruner.name}
+    for key, value in sweep.spec.budget.model_dump().items():
+        params[f"budget.{key}"] = value
+    for key, value in sweep.task_params.model_dump().items():
+        params[f"task.{key}"] = value
+    for name, dist in plan.search_space().items():
+        params[f"space.{name}"] = repr(dist)
+    return params
+
+
+@dataclass
+class Worker:
+    """Claims and runs trials of every study of a sweep until none is left to claim."""
+
+    sweep: Sweep
+    store: Store
+    device: torch.device
+    index: int = 0
+    on_trial_end: Callable[[], None] | None = None
+
+    def run(self) -> None:
+        self.storage = self.store.optuna_storage()
+        self.client = self.store.mlflow_client()
+        plans = self.sweep.studies
+        start = self.index % len(plans)
+        for plan in plans[start:] + plans[:start]:
+            study = optuna.load_study(study_name=plan.name, storage=self.storage,
+                                      pruner=make_pruner(self.sweep))
+            while (trial := self._claim(study, plan)) is not None:
+                self._run_trial(study, plan, trial)
+                if self.on_trial_end:
+                    self.on_trial_end()
+            self._close_study_run(study, plan)
+
+    def _claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
+        with self.store.lock(plan.name):
+            optuna.storages.fail_stale_trials(study)
+            trials = study.get_trials(deepcopy=False)
+            self._close_orphans(study, trials)
+            active = sum(t.state in FINISHED + (TrialState.RUNNING,) for t in trials)
+            if active >= plan.n_trials:
+                return None
+            study.sampler = make_sampler(self.sweep, plan, len(trials))
+            trial = study.ask()
+            self.storage.record_heartbeat(trial._trial_id)
+            return trial
+
+    def _close_orphans(self, study, trials) -> None:
+        """Mark FAILED the MLflow runs of trials that died without closing them (killed)."""
+        for t in trials:
+            if t.state == TrialState.FAIL and not t.user_attrs.get("closed", False):
+                run_id = t.user_attrs.get("mlflow_run_id")
+                if run_id:
+                    for child in self.client.search_runs(
+                        [study.user_attrs["mlflow_experiment_id"]],
+                        f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'",
+                    ):
+                        tracking.finish_run(self.client, child.info.run_id, "fail",
+                                            tags={"workbench.fail_reason": "worker died"})
+                    tracking.finish_run(self.client, run_id, "fail",
+                                        tags={"workbench.fail_reason": "worker died"})
+                self.storage.set_trial_user_attr(t._trial_id, "closed", True)
+
+    def _close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
+        trials = study.get_trials(deepcopy=False)
+        if sum(t.state in FINISHED for t in trials) < plan.n_trials:
+            return
+        run_id = study.user_attrs["mlflow_run_id"]
+        if self.client.get_run(run_id).info.status != "FINISHED":
+            complete = [t for t in trials if t.state == TrialState.COMPLETE]
+            metrics = {}
+            if complete:
+                metrics["best_objective"] = study.best_value
+            tracking.finish_run(self.client, run_id, "complete", metrics=metrics)
+
+    # ------------------------------------------------------------------------------ trials
+
+    def _run_trial(self, study: optuna.Study, plan: StudyPlan, trial: optuna.Trial) -> None:
+        sweep = self.sweep
+        sampled = {name: suggest(trial, name, dist) for name, dist in plan.search_space().items()}
+        methods, config_methods = {}, {}
+        for m in plan.methods:
+            values = dict(m.fixed)
+            values.update({k.split(".", 1)[1]: v for k, v in sampled.items()
+                           if k.split(".", 1)[0] == m.slot})
+            methods[m.slot] = m.cls(**values)
+            config_methods[m.slot] = {"name": m.cls.name, "params": methods[m.slot].params}
+        config = {
+            "sweep": sweep.name, "study": plan.name, "trial": trial.number,
+            "task": {"name": sweep.task.name, "params": sweep.task_params.model_dump()},
+            "methods": config_methods, "seeds": sweep.seeds,
+            "budget": sweep.spec.budget.model_dump(), "device": str(self.device),
+            "objective": {"metric": sweep.metric, "direction": sweep.direction,
+                          "at": sweep.spec.objective.at,
+                          "aggregate": sweep.spec.objective.aggregate},
+        }
+        params = {"task": sweep.task.name, "device": str(self.device)}
+        params.update({f"task.{k}": v for k, v in config["task"]["params"].items()})
+        for slot, entry in config_methods.items():
+            params[f"method.{slot}"] = entry["name"]
+            params.update({f"{slot}.{k}": v for k, v in entry["params"].items()})
+        tags = {**tracking.provenance(), **_plan_tags(sweep, plan), "device": str(self.device),
+                "optuna.study_name": plan.name, "optuna.study_id": study._study_id,
+                "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
+        experiment_id = study.user_attrs["mlflow_experiment_id"]
+        trial_run = tracking.start_run(
+            self.client, experiment_id, f"{plan.label} t{trial.number}",
+            tags={**tags, "workbench.kind": "trial"}, params=params,
+            parent=study.user_attrs["mlflow_run_id"])
+        trial.set_user_attr("mlflow_run_id", trial_run)
+        self.client.log_dict(trial_run, config, "config.yaml")
+
+        values: list[float] = []
+        with Heartbeat(self.storage, trial._trial_id):
+            try:
+                for k, seed in enumerate(sweep.seeds):
+                    values.append(self._run_seed(trial, plan, methods, params, tags, trial_run,
+                                                 k, seed, experiment_id))
+            except StopRun as stop:
+                trial.set_user_attr("prune_reason", stop.reason)
+                trial.set_user_attr("closed", True)
+                tracking.finish_run(self.client, trial_run, "pruned",
+                                    tags={"workbench.prune_reason": stop.reason,
+                                          "workbench.prune_detail": stop.detail})
+                study.tell(trial, state=TrialState.PRUNED)
+                return
+            except BaseException as err:
+                self._fail_trial(study, trial, trial_run, err)
+                if not isinstance(err, Exception):
+                    raise
+                return
+        objective = stats.aggregate(values, sweep.spec.objective.aggregate)
+        trial.set_user_attr("closed", True)
+        tracking.finish_run(self.client, trial_run, "complete",
+                            metrics={"objective": objective},
+                            name=f"{plan.label} t{trial.number} | {_short(sweep.metric)}="
+                                 f"{objective:.4g}")
+        study.tell(trial, objective)
+
+    def _fail_trial(self, study, trial, trial_run, err: BaseException) -> None:
+        text = "".join(traceback.format_exception(err))
+        reason = f"{type(err).__name__}: {err}"[:500]
+        try:
+            self.client.log_text(trial_run, text, "traceback.txt")
+            trial.set_user_attr("fail_reason", reason)
+            trial.set_user_attr("closed", True)
+            tracking.finish_run(self.client, trial_run, "fail",
+                                tags={"workbench.fail_reason": reason})
+        finally:
+            study.tell(trial, state=TrialState.FAIL)
+
+    def _run_seed(self, trial, plan, methods, params, tags, trial_run, k, seed,
+                  experiment_id) -> float:
+        sweep = self.sweep
+        spec = sweep.spec
+        name = f"{plan.label} t{trial.number} s{seed}"
+        seed_run = tracking.start_run(
+            self.client, experiment_id, name,
+            tags={**tags, "workbench.kind": "seed", "workbench.seed": seed},
+            params={**params, "seed": seed}, parent=trial_run)
+        buffer = tracking.MetricBuffer(self.client, seed_run)
+        objective = ObjectiveTracker(sweep.metric, sweep.direction, spec.objective.at)
+        marks = report_steps(spec.budget.steps, spec.pruner.report_points)
+        points = spec.pruner.report_points
+
+        def log(step: int, metrics) -> None:
+            buffer.log(step, metrics)
+            objective.add(metrics[sweep.metric])
+            if step in marks and math.isfinite(objective.value()):
+                trial.report(objective.value(), k * points + marks[step])
+                if trial.should_prune():
+                    raise StopRun("pruned", f"{spec.pruner.name} pruner at seed {seed}, "
+                                            f"step {step}")
+
+        torch.manual_seed(seed)
+        try:
+            result = sweep.task().run(sweep.task_params, methods, seed=seed, device=self.device,
+                                      budget=spec.budget, log=log)
+            value = objective.value()
+            if result.get("diverged") or not math.isfinite(value):
+                raise StopRun("diverged", f"{sweep.metric} not finite at seed {seed}, step "
+                                          f"{result.get('steps')}")
+        except StopRun as stop:
+            buffer.flush()
+            tracking.finish_run(self.client, seed_run, "pruned",
+                                tags={"workbench.prune_reason": stop.reason,
+                                      "workbench.prune_detail": stop.detail})
+            raise
+        except BaseException as err:
+            buffer.flush()
+            tracking.finish_run(self.client, seed_run, "fail",
+                                tags={"workbench.fail_reason": f"{type(err).__name__}: {err}"})
+            raise
+        buffer.flush()
+        tracking.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
+                            name=f"{name} | {_short(sweep.metric)}={value:.4g}")
+        return value
+
+
+def _short(metric: str) -> str:
+    return metric.rsplit("/", 1)[-1]
+
+
+# -------------------------------------------------------------------------- whole sweeps
+
+
+@dataclass
+class StudyStatus:
+    name: str
+    label: str
+    total: int
+    complete: int
+    pruned: int
+    failed: int
+    running: int
+    best_value: float | None
+    best_params: dict
+
+    @property
+    def finished(self) -> int:
+        return self.complete + self.pruned
+
+
+def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
+    """Trials per state and the best value of every study (missing studies count as empty)."""
+    existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    out = []
+    for plan in sweep.studies:
+        counts = dict.fromkeys(TrialState, 0)
+        best_value, best_params = None, {}
+        if plan.name in existing:
+            study = optuna.load_study(study_name=plan.name, storage=storage)
+            trials = study.get_trials(deepcopy=False)
+            for t in trials:
+                counts[t.state] += 1
+            if counts[TrialState.COMPLETE]:
+                best = study.best_trial
+                best_value, best_params = best.value, best.params
+        out.append(StudyStatus(plan.name, plan.label, plan.n_trials, counts[TrialState.COMPLETE],
+                               counts[TrialState.PRUNED], counts[TrialState.FAIL],
+                               counts[TrialState.RUNNING], best_value, best_params))
+    return out
+
+
+def _worker_main(source: str, storage: str, device: str, index: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    sweep = load(source, storage=storage)
+    Worker(sweep, Store.from_url(sweep.storage), torch.device(device), index).run()
+
+
+def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
+              progress: Callable[[list[StudyStatus]], None] | None = None) -> list[StudyStatus]:
+    """Run (or continue) every study of ``sweep`` until each has its number of trials."""
+    resolved = resolve_device(device or sweep.spec.device)
+    store = Store.from_url(sweep.storage)
+    setup(sweep, store)
+    storage = store.optuna_storage()
+
+    def refresh() -> None:
+        if progress:
+            progress(study_status(sweep, storage))
+
+    refresh()
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    if workers == 1:
+        torch.set_num_threads(threads)
+        Worker(sweep, store, resolved, 0, on_trial_end=refresh).run()
+    else:
+        context = multiprocessing.get_context("spawn")
+        procs = [context.Process(target=_worker_main,
+                                 args=(sweep.source, sweep.storage, str(resolved), i, threads))
+                 for i in range(workers)]
+        for proc in procs:
+            proc.start()
+        try:
+            while any(p.is_alive() for p in procs):
+                time.sleep(1.0)
+                refresh()
+        finally:
+            for proc in procs:
+                proc.join()
+        bad = [p.exitcode for p in procs if p.exitcode]
+        if bad:
+            raise RuntimeError(f"{len(bad)} worker(s) exited with codes {bad}")
+    final = study_status(sweep, storage)
+    if progress:
+        progress(final)
+    return final

@@ -1,0 +1,435 @@
+"""Sweep specs: YAML files in ``sweeps/``, validated with pydantic, resolved into studies.
+
+Every problem with a spec becomes one ``SpecError`` naming the file, the key path and what is
+allowed; nothing is written before a spec has passed (see ``load``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna.distributions as od
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from workbench import registry
+from workbench.hyperparams import HyperparameterError
+from workbench.tasks import TASKS, Budget, Task, get_task
+
+
+class SpecError(ValueError):
+    """A bad spec or argument: one message naming the file, the key path and what is allowed."""
+
+    def __init__(self, source: str, path: str, message: str):
+        self.source, self.path, self.message = source, path, message
+        where = f"{source}: {path}" if path else source
+        super().__init__(f"{where}: {message}")
+
+
+class Strict(BaseModel):
+    """A spec section: unknown keys are errors that list the allowed ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = set(cls.model_fields)
+            for key in data:
+                if key not in allowed:
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key {key}; allowed: {allowed}",
+                        {"key": repr(key), "allowed": ", ".join(sorted(allowed))},
+                    )
+        return data
+
+
+class Range(Strict):
+    """A search-space override: a numeric range or a list of choices."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool | None = None
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Range:
+        if self.choices is not None and (self.low is not None or self.high is not None):
+            raise ValueError("give either low/high or choices, not both")
+        if self.choices is not None and not self.choices:
+            raise ValueError("choices must not be empty")
+        return self
+
+
+class MethodEntry(Strict):
+    name: str
+    fixed: dict[str, Any] = {}
+    search_space: dict[str, Range | Literal["fixed"]] = {}
+
+
+class TaskSpec(Strict):
+    name: str
+    params: dict[str, Any] = {}
+
+
+class SamplerSpec(Strict):
+    name: Literal["tpe", "random", "grid", "cmaes"] = "tpe"
+    seed: int = 0
+    startup_trials: int = Field(10, ge=0, le=100_000, description="TPE/CMA-ES random start")
+    grid_points: int = Field(5, ge=2, le=1000, description="points per numeric axis (grid)")
+
+
+class PrunerSpec(Strict):
+    name: Literal["median", "hyperband", "none"] = "median"
+    startup_trials: int = Field(5, ge=0, description="trials before median pruning starts")
+    warmup_steps: int = Field(0, ge=0, description="report points before pruning starts")
+    report_points: int = Field(10, ge=1, le=10_000, description="intermediate values per seed")
+    reduction_factor: int = Field(3, ge=2, le=100, description="hyperband")
+
+
+class ObjectiveSpec(Strict):
+    metric: str | None = None
+    direction: Literal["minimize", "maximize"] | None = None
+    aggregate: Literal["mean", "iqm", "median"] = "mean"
+    at: Literal["final", "best", "auc"] = "final"
+
+
+class SweepSpec(Strict):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    description: str = ""
+    task: TaskSpec
+    methods: dict[str, Literal["all"] | list[str | MethodEntry]]
+    seeds: int | list[int] = 3
+    trials: int = Field(10, ge=1, le=1_000_000)
+    sampler: SamplerSpec = SamplerSpec()
+    pruner: PrunerSpec = PrunerSpec()
+    objective: ObjectiveSpec = ObjectiveSpec()
+    budget: Budget = Budget()
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    storage: str | None = None
+
+    @field_validator("sampler", "pruner", mode="before")
+    @classmethod
+    def _name_only(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, value: int | list[int]) -> int | list[int]:
+        if isinstance(value, int) and not 1 <= value <= 10_000:
+            raise ValueError("a seed count must be between 1 and 10000")
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("the seed list must not be empty")
+            if len(set(value)) != len(value):
+                raise ValueError("seeds must be distinct")
+            if min(value) < 0:
+                raise ValueError("seeds must be non-negative")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _some_methods(cls, value: dict) -> dict:
+        if not value:
+            raise ValueError("name at least one slot with methods")
+        for slot, entries in value.items():
+            if isinstance(entries, list) and not entries:
+                raise ValueError(f"slot {slot!r} lists no methods")
+        return value
+
+
+# ----------------------------------------------------------------------------- resolution
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """One method in one slot, with its fixed values and search space."""
+
+    slot: str
+    cls: type[registry.Method]
+    fixed: dict[str, Any]
+    space: dict[str, od.BaseDistribution]
+
+    @property
+    def label(self) -> str:
+        return self.cls.name
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """One Optuna study: a method per slot."""
+
+    name: str
+    methods: tuple[MethodChoice, ...]
+    n_trials: int
+
+    @property
+    def label(self) -> str:
+        return "+".join(m.label for m in self.methods)
+
+    @property
+    def combination(self) -> dict[str, str]:
+        return {m.slot: m.cls.name for m in self.methods}
+
+    def search_space(self) -> dict[str, od.BaseDistribution]:
+        """Optuna parameter name ``slot.hyperparameter`` -> distribution."""
+        return {f"{m.slot}.{k}": d for m in self.methods for k, d in m.space.items()}
+
+    def grid(self, points: int) -> dict[str, list]:
+        return {
+            f"{m.slot}.{k}": m.cls.hyperparameters[k].grid(d, points)
+            for m in self.methods for k, d in m.space.items()
+        }
+
+
+@dataclass
+class Sweep:
+    """A checked spec, ready for the engine."""
+
+    spec: SweepSpec
+    name: str
+    source: str
+    task: type[Task]
+    task_params: Any
+    seeds: list[int]
+    metric: str
+    direction: str
+    studies: list[StudyPlan]
+    storage: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _format_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "int", "list[int]", "list[union[str,MethodEntry]]", "MethodEntry",
+                      "Range", "literal['all']", "literal['fixed']", "function-after[_one_kind(), Range]"):
+            continue  # union branch labels, not keys
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _pick_error(errors: list[dict]) -> dict:
+    """Among pydantic's errors (one per union branch), the most specific one."""
+    def depth(err):
+        specific = err["type"] in ("unknown_key", "value_error", "greater_than_equal",
+                                   "less_than_equal", "missing", "literal_error")
+        return (len([p for p in err["loc"] if not _is_branch(p)]), specific)
+    return max(errors, key=depth)
+
+
+def _is_branch(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in ("str", "int", "MethodEntry", "Range"))
+
+
+def _pydantic_message(source: str, err: ValidationError) -> SpecError:
+    first = _pick_error(err.errors())
+    loc = tuple(p for p in first["loc"] if not _is_branch(p))
+    message = first["msg"]
+    if first["type"] == "unknown_key":
+        loc = loc + (first["ctx"]["key"].strip("'"),)
+        message = f"unknown key; allowed: {first['ctx']['allowed']}"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    elif first["type"] in ("value_error", "assertion_error"):
+        message = message.removeprefix("Value error, ")
+    return SpecError(source, _format_loc(loc), message)
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(str(path), "", "no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(str(path), "", f"not valid YAML: {err}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "not a UTF-8 text file") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "", "the top level must be a mapping of keys to values")
+    return data
+
+
+def default_storage() -> str:
+    return "sqlite:///" + str(Path("workbench.db").resolve())
+
+
+def normalise_storage(url: str, source: str, path: str) -> str:
+    """An absolute SQLite path (workers may start elsewhere); other URLs as given."""
+    if url.startswith("sqlite:///"):
+        rest = url.removeprefix("sqlite:///")
+        if not rest or rest == ":memory:":
+            raise SpecError(source, path, "an in-memory SQLite store cannot be shared; name a file")
+        return "sqlite:///" + str(Path(rest).expanduser().resolve())
+    if re.match(r"^postgresql(\+\w+)?://", url):
+        return url
+    raise SpecError(source, path, f"unsupported storage {url!r}; allowed: sqlite:///FILE, "
+                    "postgresql://USER@HOST/DB")
+
+
+def load(path: str | Path, storage: str | None = None) -> Sweep:
+    """Read and check a spec; ``storage`` (from the command line) overrides the spec's."""
+    source = str(path)
+    data = read_yaml(path)
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as err:
+        raise _pydantic_message(source, err) from None
+    return resolve(spec, source, default_name=Path(path).stem, storage=storage)
+
+
+def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
+            storage: str | None = None) -> Sweep:
+    name = spec.name or default_name
+    if not re.match(r"^[A-Za-z0-9_.-]{1,100}$", name):
+        raise SpecError(source, "name", f"{name!r} must match [A-Za-z0-9_.-]{{1,100}}")
+    try:
+        task = get_task(spec.task.name)
+    except LookupError as err:
+        raise SpecError(source, "task.name", str(err)) from None
+    try:
+        task_params = task.Params.model_validate(spec.task.params)
+    except ValidationError as err:
+        inner = _pydantic_message(source, err)
+        if inner.path == "" or "unknown key" in inner.message:
+            fields = ", ".join(task.Params.model_fields)
+            inner = SpecError(source, inner.path, f"{inner.message.split(';')[0]}; allowed: {fields}")
+        raise SpecError(source, f"task.params.{inner.path}".rstrip("."), inner.message) from None
+
+    metric = spec.objective.metric or task.default_objective
+    if metric not in task.metrics:
+        raise SpecError(source, "objective.metric",
+                        f"task {task.name} has no metric {metric!r}; allowed: "
+                        + ", ".join(task.metrics))
+    direction = spec.objective.direction or task.metrics[metric]
+
+    notes: list[str] = []
+    per_slot: list[list[MethodChoice]] = []
+    for slot, entries in spec.methods.items():
+        if slot not in task.slots:
+            raise SpecError(source, f"methods.{slot}",
+                            f"task {task.name} has no slot {slot!r}; allowed: "
+                            + ", ".join(task.slots))
+        per_slot.append(_resolve_slot(source, task, slot, entries, notes))
+    missing = [s for s in task.slots if s not in spec.methods]
+    if missing:
+        raise SpecError(source, f"methods.{missing[0]}",
+                        f"task {task.name} needs methods for slot {missing[0]!r}")
+
+    studies = []
+    for combo in itertools.product(*per_slot):
+        label = "+".join(f"{m.slot}={m.cls.name}" for m in combo)
+        plan = StudyPlan(f"{name}.{label}", tuple(combo), spec.trials)
+        if spec.sampler.name == "grid":
+            size = math.prod(len(v) for v in plan.grid(spec.sampler.grid_points).values())
+            if size < spec.trials:
+                notes.append(f"{plan.name}: the grid has {size} points; running {size} trials")
+                plan = StudyPlan(plan.name, plan.methods, size)
+        studies.append(plan)
+
+    seeds = list(range(spec.seeds)) if isinstance(spec.seeds, int) else list(spec.seeds)
+    url = storage if storage is not None else spec.storage
+    url = normalise_storage(url, "--storage" if storage else source,
+                            "" if storage else "storage") if url else default_storage()
+    return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
+                 url, notes)
+
+
+def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
+    try:
+        names = registry.available(slot)
+    except registry.RegistryError as err:
+        raise SpecError(source, f"methods.{slot}", str(err)) from None
+    if entries == "all":
+        chosen = []
+        for method_name in names:
+            try:
+                chosen.append(_resolve_method(source, task, slot, f"methods.{slot}",
+                                              MethodEntry(name=method_name)))
+            except SpecError as err:
+                notes.append(f"skipping {slot}/{method_name}: {err.message}")
+        if not chosen:
+            raise SpecError(source, f"methods.{slot}", f"no {slot} method fits task {task.name}")
+        return chosen
+    chosen, seen = [], set()
+    for i, entry in enumerate(entries):
+        entry = MethodEntry(name=entry) if isinstance(entry, str) else entry
+        where = f"methods.{slot}[{i}]"
+        if entry.name in seen:
+            raise SpecError(source, where, f"{slot}/{entry.name} is listed twice")
+        seen.add(entry.name)
+        chosen.append(_resolve_method(source, task, slot, where, entry))
+    return chosen
+
+
+def _resolve_method(source, task, slot, where, entry: MethodEntry) -> MethodChoice:
+    try:
+        cls = registry.get(slot, entry.name)
+    except registry.RegistryError as err:
+        raise SpecError(source, f"{where}.name" if "[" in where else where, str(err)) from None
+    allowed = ", ".join(sorted(cls.hyperparameters)) or "(none)"
+    fixed = {}
+    for key, value in entry.fixed.items():
+        if key not in cls.hyperparameters:
+            raise SpecError(source, f"{where}.fixed.{key}",
+                            f"{cls.key()} has no hyperparameter {key!r}; allowed: {allowed}")
+        try:
+            fixed[key] = cls.hyperparameters[key].validate(value)
+        except HyperparameterError as err:
+            raise SpecError(source, f"{where}.fixed.{key}",
+                            f"{err}; allowed: {cls.hyperparameters[key].allowed()}") from None
+    space = {}
+    for key, hp in cls.hyperparameters.items():
+        if key in fixed:
+            continue
+        override = entry.search_space.get(key)
+        if override == "fixed":
+            continue
+        try:
+            if override is None:
+                dist = hp.distribution()
+            else:
+                dist = hp.distribution(override.low, override.high, override.log,
+                                       override.choices)
+        except HyperparameterError as err:
+            raise SpecError(source, f"{where}.search_space.{key}",
+                            f"{err}; allowed: {hp.allowed()}") from None
+        if dist is not None:
+            space[key] = dist
+    for key in entry.search_space:
+        if key not in cls.hyperparameters:
+            raise SpecError(source, f"{where}.search_space.{key}",
+                            f"{cls.key()} has no hyperparameter {key!r}; allowed: {allowed}")
+        if key in fixed:
+            raise SpecError(source, f"{where}.search_space.{key}",
+                            "is also fixed; give it either a fixed value or a search range")
+    _check_requirements(source, task, where, cls, fixed, space)
+    return MethodChoice(slot, cls, fixed, space)
+
+
+def _check_requirements(source, task, where, cls, fixed, space) -> None:
+    """Every reachable configuration's requirements must be met by the task."""
+    categorical = {k: d.choices for k, d in space.items()
+                   if isinstance(d, od.CategoricalDistribution)}
+    for values in itertools.product(*categorical.values()):
+        params = cls.resolve({**fixed, **dict(zip(categorical, values, strict=True))})
+        unmet = sorted(cls.requirements(params) - task.provides)
+        if unmet:
+            shown = ", ".join(f"{k}={params[k]!r}" for k in categorical) or "its defaults"
+            raise SpecError(
+                source, where,
+                f"{cls.key()} (with {shown}) needs {', '.join(unmet)}, which task "
+                f"{task.name} does not provide (it provides: {', '.join(sorted(task.provides))})",
+            )

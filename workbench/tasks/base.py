@@ -1,0 +1,59 @@
+"""The task contract: a testbed with its training loop and the family slots it offers.
+
+A task never imports the engine: it receives resolved methods, a seed, a device, a budget and
+a ``log(step, metrics)`` callback, and returns its final metrics. Metric names follow one scheme
+across tasks: ``train/loss``, ``train/accuracy``, ``train/grad_norm``, ``method/step_size``,
+``cost/samples``, ``cost/grad_evals``, ``cost/loss_evals``, ``time/wall_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.registry import Method
+
+LogFn = Callable[[int, Mapping[str, float]], None]
+
+
+class TaskParams(BaseModel):
+    """Base of each task's parameter model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Budget(BaseModel):
+    """When a run stops: whichever limit comes first (steps is always set)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(100, ge=1, le=10_000_000)
+    samples: int | None = Field(None, ge=1)
+    wall_seconds: float | None = Field(None, gt=0)
+
+
+class Task:
+    """Base of every task."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    slots: ClassVar[tuple[str, ...]]
+    provides: ClassVar[frozenset[str]] = frozenset()
+    Params: ClassVar[type[TaskParams]] = TaskParams
+    metrics: ClassVar[dict[str, str]] = {}  # objective candidates: name -> natural direction
+    default_objective: ClassVar[str] = "train/loss"
+
+    def run(
+        self,
+        params: TaskParams,
+        methods: Mapping[str, Method],
+        *,
+        seed: int,
+        device: torch.device,
+        budget: Budget,
+        log: LogFn,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
