@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -115,6 +116,9 @@ def _print_status(sweep, statuses) -> None:
     print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task.name}, "
           f"{len(sweep.seeds)} seeds, store {sweep.storage}")
     print(_table(rows, ["study", "done", "pruned", "failed", "running", "best", "best params"]))
+    for s in statuses:
+        for reason, count in Counter(s.fail_reasons).most_common():
+            print(f"  {s.label}: {count} failed trial(s): {reason}")
 
 
 def _parse_value(text: str):
@@ -160,7 +164,7 @@ def cmd_run(args) -> int:
     try:
         checked = spec.SweepSpec.model_validate(document)
     except ValidationError as err:
-        raise spec._pydantic_message(source, err) from None
+        raise spec.spec_error(source, err) from None
     sweep = spec.resolve(checked, source)
     methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
     device = engine.resolve_device(args.device)
@@ -193,7 +197,7 @@ def cmd_ui(args) -> int:
     print(f"MLflow UI on {store.mlflow_url}: http://127.0.0.1:{args.port}  (Ctrl-C stops it)",
           flush=True)
     command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", "127.0.0.1",
-               "--port", str(args.port)]
+               "--port", str(args.port), "--workers", "1"]
     try:
         return subprocess.call(command)
     except KeyboardInterrupt:

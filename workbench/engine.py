@@ -19,7 +19,7 @@ import traceback
 import warnings
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 import torch
@@ -31,8 +31,6 @@ from workbench.spec import SpecError, StudyPlan, Sweep, load
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -198,12 +196,15 @@ class Worker:
             self._close_study_run(study, plan)
 
     def _claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
-        with self.store.lock(plan.name):
+        with self.store.lock(plan.name), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats with ask/tell are what we want here
             optuna.storages.fail_stale_trials(study)
             trials = study.get_trials(deepcopy=False)
             self._close_orphans(study, trials)
             active = sum(t.state in FINISHED + (TrialState.RUNNING,) for t in trials)
-            if active >= plan.n_trials:
+            raised = sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs
+                         for t in trials)
+            if active >= plan.n_trials or raised >= self.sweep.spec.max_failed_trials:
                 return None
             study.sampler = make_sampler(self.sweep, plan, len(trials))
             trial = study.ask()
@@ -307,7 +308,8 @@ class Worker:
         reason = f"{type(err).__name__}: {err}"[:500]
         try:
             self.client.log_text(trial_run, text, "traceback.txt")
-            trial.set_user_attr("fail_reason", reason)
+            key = "fail_reason" if isinstance(err, Exception) else "interrupted"
+            trial.set_user_attr(key, reason)
             trial.set_user_attr("closed", True)
             tracking.finish_run(self.client, trial_run, "fail",
                                 tags={"workbench.fail_reason": reason})
@@ -380,6 +382,7 @@ class StudyStatus:
     running: int
     best_value: float | None
     best_params: dict
+    fail_reasons: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> int:
@@ -388,22 +391,26 @@ class StudyStatus:
 
 def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
     """Trials per state and the best value of every study (missing studies count as empty)."""
-    existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    existing = {s.study_name for s in summaries}
     out = []
     for plan in sweep.studies:
         counts = dict.fromkeys(TrialState, 0)
-        best_value, best_params = None, {}
+        best_value, best_params, reasons = None, {}, []
         if plan.name in existing:
             study = optuna.load_study(study_name=plan.name, storage=storage)
             trials = study.get_trials(deepcopy=False)
             for t in trials:
                 counts[t.state] += 1
+                if t.state == TrialState.FAIL:
+                    reasons.append(t.user_attrs.get("fail_reason")
+                                   or t.user_attrs.get("interrupted", "worker died"))
             if counts[TrialState.COMPLETE]:
                 best = study.best_trial
                 best_value, best_params = best.value, best.params
         out.append(StudyStatus(plan.name, plan.label, plan.n_trials, counts[TrialState.COMPLETE],
                                counts[TrialState.PRUNED], counts[TrialState.FAIL],
-                               counts[TrialState.RUNNING], best_value, best_params))
+                               counts[TrialState.RUNNING], best_value, best_params, reasons))
     return out
 
 

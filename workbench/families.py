@@ -28,7 +28,9 @@ class StepSizeMethod(Method):
 
     family = "step_size"
 
-    def build(self, params: Iterable[torch.Tensor], info: Mapping[str, Any]) -> torch.optim.Optimizer:
+    def build(
+        self, params: Iterable[torch.Tensor], info: Mapping[str, Any]
+    ) -> torch.optim.Optimizer:
         raise NotImplementedError
 
 

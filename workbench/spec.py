@@ -15,41 +15,12 @@ from typing import Any, Literal
 
 import optuna.distributions as od
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from workbench import registry
 from workbench.hyperparams import HyperparameterError
-from workbench.tasks import TASKS, Budget, Task, get_task
-
-
-class SpecError(ValueError):
-    """A bad spec or argument: one message naming the file, the key path and what is allowed."""
-
-    def __init__(self, source: str, path: str, message: str):
-        self.source, self.path, self.message = source, path, message
-        where = f"{source}: {path}" if path else source
-        super().__init__(f"{where}: {message}")
-
-
-class Strict(BaseModel):
-    """A spec section: unknown keys are errors that list the allowed ones."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            allowed = set(cls.model_fields)
-            for key in data:
-                if key not in allowed:
-                    raise PydanticCustomError(
-                        "unknown_key",
-                        "unknown key {key}; allowed: {allowed}",
-                        {"key": repr(key), "allowed": ", ".join(sorted(allowed))},
-                    )
-        return data
+from workbench.tasks import Budget, Task, get_task
+from workbench.validation import SpecError, Strict, spec_error
 
 
 class Range(Strict):
@@ -109,6 +80,8 @@ class SweepSpec(Strict):
     methods: dict[str, Literal["all"] | list[str | MethodEntry]]
     seeds: int | list[int] = 3
     trials: int = Field(10, ge=1, le=1_000_000)
+    max_failed_trials: int = Field(3, ge=1, le=1_000_000,
+                                   description="a study whose method raised this often stops")
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
@@ -207,46 +180,6 @@ class Sweep:
     notes: list[str] = field(default_factory=list)
 
 
-def _format_loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("str", "int", "list[int]", "list[union[str,MethodEntry]]", "MethodEntry",
-                      "Range", "literal['all']", "literal['fixed']", "function-after[_one_kind(), Range]"):
-            continue  # union branch labels, not keys
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _pick_error(errors: list[dict]) -> dict:
-    """Among pydantic's errors (one per union branch), the most specific one."""
-    def depth(err):
-        specific = err["type"] in ("unknown_key", "value_error", "greater_than_equal",
-                                   "less_than_equal", "missing", "literal_error")
-        return (len([p for p in err["loc"] if not _is_branch(p)]), specific)
-    return max(errors, key=depth)
-
-
-def _is_branch(part: Any) -> bool:
-    return isinstance(part, str) and ("[" in part or part in ("str", "int", "MethodEntry", "Range"))
-
-
-def _pydantic_message(source: str, err: ValidationError) -> SpecError:
-    first = _pick_error(err.errors())
-    loc = tuple(p for p in first["loc"] if not _is_branch(p))
-    message = first["msg"]
-    if first["type"] == "unknown_key":
-        loc = loc + (first["ctx"]["key"].strip("'"),)
-        message = f"unknown key; allowed: {first['ctx']['allowed']}"
-    elif first["type"] == "missing":
-        message = "required key is missing"
-    elif first["type"] in ("value_error", "assertion_error"):
-        message = message.removeprefix("Value error, ")
-    return SpecError(source, _format_loc(loc), message)
-
-
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
@@ -286,7 +219,7 @@ def load(path: str | Path, storage: str | None = None) -> Sweep:
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
-        raise _pydantic_message(source, err) from None
+        raise spec_error(source, err) from None
     return resolve(spec, source, default_name=Path(path).stem, storage=storage)
 
 
@@ -302,11 +235,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     try:
         task_params = task.Params.model_validate(spec.task.params)
     except ValidationError as err:
-        inner = _pydantic_message(source, err)
-        if inner.path == "" or "unknown key" in inner.message:
-            fields = ", ".join(task.Params.model_fields)
-            inner = SpecError(source, inner.path, f"{inner.message.split(';')[0]}; allowed: {fields}")
-        raise SpecError(source, f"task.params.{inner.path}".rstrip("."), inner.message) from None
+        raise spec_error(source, err, prefix="task.params") from None
 
     metric = spec.objective.metric or task.default_objective
     if metric not in task.metrics:
@@ -332,7 +261,10 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     for combo in itertools.product(*per_slot):
         label = "+".join(f"{m.slot}={m.cls.name}" for m in combo)
         plan = StudyPlan(f"{name}.{label}", tuple(combo), spec.trials)
-        if spec.sampler.name == "grid":
+        if not plan.search_space() and spec.trials > 1:
+            notes.append(f"{plan.name}: nothing to tune; running 1 trial")
+            plan = StudyPlan(plan.name, plan.methods, 1)
+        elif spec.sampler.name == "grid":
             size = math.prod(len(v) for v in plan.grid(spec.sampler.grid_points).values())
             if size < spec.trials:
                 notes.append(f"{plan.name}: the grid has {size} points; running {size} trials")
@@ -365,20 +297,22 @@ def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
         return chosen
     chosen, seen = [], set()
     for i, entry in enumerate(entries):
-        entry = MethodEntry(name=entry) if isinstance(entry, str) else entry
         where = f"methods.{slot}[{i}]"
+        name_at = where if isinstance(entry, str) else f"{where}.name"
+        entry = MethodEntry(name=entry) if isinstance(entry, str) else entry
         if entry.name in seen:
-            raise SpecError(source, where, f"{slot}/{entry.name} is listed twice")
+            raise SpecError(source, name_at, f"{slot}/{entry.name} is listed twice")
         seen.add(entry.name)
-        chosen.append(_resolve_method(source, task, slot, where, entry))
+        chosen.append(_resolve_method(source, task, slot, where, entry, name_at))
     return chosen
 
 
-def _resolve_method(source, task, slot, where, entry: MethodEntry) -> MethodChoice:
+def _resolve_method(source, task, slot, where, entry: MethodEntry,
+                    name_at: str | None = None) -> MethodChoice:
     try:
         cls = registry.get(slot, entry.name)
     except registry.RegistryError as err:
-        raise SpecError(source, f"{where}.name" if "[" in where else where, str(err)) from None
+        raise SpecError(source, name_at or where, str(err)) from None
     allowed = ", ".join(sorted(cls.hyperparameters)) or "(none)"
     fixed = {}
     for key, value in entry.fixed.items():
@@ -427,7 +361,8 @@ def _check_requirements(source, task, where, cls, fixed, space) -> None:
         params = cls.resolve({**fixed, **dict(zip(categorical, values, strict=True))})
         unmet = sorted(cls.requirements(params) - task.provides)
         if unmet:
-            shown = ", ".join(f"{k}={params[k]!r}" for k in categorical) or "its defaults"
+            shown = ", ".join(f"{k}={params[k]!r}" for k in [*fixed, *categorical])
+            shown = shown or "its defaults"
             raise SpecError(
                 source, where,
                 f"{cls.key()} (with {shown}) needs {', '.join(unmet)}, which task "

@@ -12,23 +12,20 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.registry import Method
+from workbench.validation import Strict
 
 LogFn = Callable[[int, Mapping[str, float]], None]
 
 
-class TaskParams(BaseModel):
+class TaskParams(Strict):
     """Base of each task's parameter model: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
 
-
-class Budget(BaseModel):
+class Budget(Strict):
     """When a run stops: whichever limit comes first (steps is always set)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(100, ge=1, le=10_000_000)
     samples: int | None = Field(None, ge=1)

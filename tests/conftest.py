@@ -1,0 +1,50 @@
+"""Shared helpers: write a spec into a temporary folder and run the real CLI on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_spec(**overrides) -> dict:
+    """A small logreg sweep that runs in seconds."""
+    spec = {
+        "name": "tiny",
+        "task": {"name": "logreg", "params": {"n_samples": 64, "dim": 5}},
+        "methods": {"step_size": ["constant", "polyak"]},
+        "seeds": 2,
+        "trials": 3,
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": "none",
+        "budget": {"steps": 20},
+    }
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    def write(spec: dict, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    return write
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``workbench ARGS`` in a child process, as a user would run it."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "workbench", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def files_under(path: Path) -> set[Path]:
+    return {p for p in path.rglob("*")}

@@ -1,0 +1,124 @@
+"""The engine: exact trial counts with several workers, failing and diverging methods."""
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from tests.conftest import run_cli, tiny_spec
+from workbench import engine, spec
+from workbench.families import StepSizeMethod
+from workbench.registry import _REGISTRY, Reference, register
+
+
+@pytest.fixture
+def raising_method():
+    @register
+    class RaisesDemo(StepSizeMethod):
+        name = "raises_demo"
+        reference = Reference("a deliberately broken method", 2026)
+        fidelity = "reconstructed"
+
+        def build(self, params, info):
+            raise RuntimeError("boom: this method always fails")
+
+    yield RaisesDemo
+    del _REGISTRY[("step_size", "raises_demo")]
+
+
+def load_tiny(write_spec, tmp_path, **overrides):
+    path = write_spec(tiny_spec(storage=f"sqlite:///{tmp_path / 'store.db'}", **overrides))
+    return spec.load(path)
+
+
+def test_several_workers_run_each_trial_once(write_spec, tmp_path):
+    path = write_spec(tiny_spec(trials=4, storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    result = run_cli("sweep", path, "--workers", "3", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "database is locked" not in result.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id],
+                              max_results=1000)
+    for study_name in ("tiny.step_size=constant", "tiny.step_size=polyak"):
+        trials = optuna.load_study(study_name=study_name,
+                                   storage=f"sqlite:///{tmp_path / 'store.db'}").get_trials()
+        assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
+        numbers = [r.data.tags["optuna.trial_number"] for r in runs
+                   if r.data.tags.get("workbench.kind") == "trial"
+                   and r.data.tags["workbench.study"] == study_name]
+        assert sorted(numbers) == ["0", "1", "2", "3"]
+    assert sum(r.data.tags.get("workbench.kind") == "seed" for r in runs) == 2 * 4 * 2
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_a_raising_method_fails_its_trials_and_the_sweep_goes_on(raising_method, write_spec,
+                                                                 tmp_path):
+    sweep = load_tiny(write_spec, tmp_path,
+                      methods={"step_size": ["raises_demo", "constant"]}, max_failed_trials=2)
+    statuses = {s.label: s for s in engine.run_sweep(sweep, device="cpu")}
+    assert statuses["constant"].complete == 3
+    broken = statuses["raises_demo"]
+    assert broken.failed == 2 and broken.complete == 0
+    assert all("boom: this method always fails" in r for r in broken.fail_reasons)
+    study = optuna.load_study(study_name="tiny.step_size=raises_demo",
+                              storage=sweep.storage)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    for trial in study.get_trials():
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert run.info.status == "FAILED"
+        text = open(client.download_artifacts(run.info.run_id, "traceback.txt")).read()
+        assert "RuntimeError: boom" in text and "Traceback" in text
+    # again: the study has spent its failure allowance, so nothing more runs
+    again = {s.label: s for s in engine.run_sweep(sweep, device="cpu")}
+    assert again["raises_demo"].failed == 2
+
+
+def test_a_diverging_run_is_pruned_with_a_reason(write_spec, tmp_path):
+    sweep = load_tiny(
+        write_spec, tmp_path,
+        task={"name": "quadratic", "params": {"dim": 5, "condition_number": 10}},
+        methods={"step_size": [{"name": "constant", "fixed": {"lr": 50.0}}]},
+        budget={"steps": 2000})
+    assert sweep.notes == ["tiny.step_size=constant: nothing to tune; running 1 trial"]
+    (status,) = engine.run_sweep(sweep, device="cpu")
+    assert status.pruned == 1 and status.complete == 0
+    trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
+    assert trial.user_attrs["prune_reason"] == "diverged"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    run = client.get_run(trial.user_attrs["mlflow_run_id"])
+    assert run.info.status == "KILLED"
+    assert run.data.tags["workbench.prune_reason"] == "diverged"
+
+
+def test_median_pruner_reports_per_seed_and_prunes(write_spec, tmp_path):
+    sweep = load_tiny(
+        write_spec, tmp_path, trials=12, seeds=2,
+        methods={"step_size": [{"name": "constant",
+                                "search_space": {"lr": {"low": 1e-4, "high": 3.0,
+                                                        "log": True}}}]},
+        pruner={"name": "median", "startup_trials": 2, "report_points": 5})
+    (status,) = engine.run_sweep(sweep, device="cpu")
+    study = optuna.load_study(study_name=status.name, storage=sweep.storage)
+    assert status.finished == 12 and status.pruned >= 1
+    complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    assert max(complete[0].intermediate_values) == 2 * 5 - 1  # seed 1, last report point
+
+
+def test_samplers_are_seeded(write_spec, tmp_path):
+    params = []
+    for run in range(2):
+        folder = tmp_path / f"run{run}"
+        folder.mkdir()
+        path = folder / "spec.yaml"
+        import yaml
+
+        path.write_text(yaml.safe_dump(tiny_spec(storage=f"sqlite:///{folder / 's.db'}",
+                                                 sampler={"name": "tpe", "seed": 7,
+                                                          "startup_trials": 2},
+                                                 methods={"step_size": ["constant"]})))
+        sweep = spec.load(path)
+        engine.run_sweep(sweep, device="cpu")
+        study = optuna.load_study(study_name="tiny.step_size=constant", storage=sweep.storage)
+        params.append([t.params for t in study.get_trials()])
+    assert params[0] == params[1]
+    assert len({t["step_size.lr"] for t in params[0]}) == 3

@@ -1,0 +1,138 @@
+"""Every kind of spec or argument error: exit code 2, a message naming the key, nothing written."""
+
+import pytest
+import torch
+
+from tests.conftest import files_under, run_cli, tiny_spec
+from workbench import cli
+
+
+def without(spec, *keys):
+    for key in keys:
+        spec.pop(key)
+    return spec
+
+
+CASES = {
+    "unknown top-level key": (tiny_spec(trails=3), "trails", "allowed: budget"),
+    "unknown nested key": (tiny_spec(pruner={"name": "median", "patience": 3}),
+                           "pruner.patience", "allowed: name, reduction_factor"),
+    "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name", "allowed: logreg"),
+    "unknown task param": (tiny_spec(task={"name": "logreg", "params": {"samples": 3}}),
+                           "task.params.samples", "allowed: batch_size"),
+    "unknown method": (tiny_spec(methods={"step_size": ["constant", "adamw"]}),
+                       "methods.step_size[1]", "allowed: armijo, constant, polyak"),
+    "unknown slot": (tiny_spec(methods={"step_size": ["constant"], "entropy": ["bonus"]}),
+                     "methods.entropy", "allowed: step_size"),
+    "missing slot": (tiny_spec(methods={}), "methods", "at least one slot"),
+    "missing key": (without(tiny_spec(), "task"), "task", "required"),
+    "wrong type": (tiny_spec(trials="ten"), "trials", "valid integer"),
+    "wrong type nested": (tiny_spec(budget={"steps": [1]}), "budget.steps", "valid integer"),
+    "out of range": (tiny_spec(budget={"steps": 0}), "budget.steps", "greater than or equal"),
+    "task param out of range": (tiny_spec(task={"name": "logreg",
+                                                "params": {"label_noise": 0.7}}),
+                                "task.params.label_noise", "less than 0.5"),
+    "bad choice": (tiny_spec(sampler="bayes"), "sampler.name", "'tpe', 'random', 'grid'"),
+    "fixed value out of range": (
+        tiny_spec(methods={"step_size": [{"name": "armijo", "fixed": {"beta": 2.0}}]}),
+        "methods.step_size[0].fixed.beta", "outside"),
+    "unknown hyperparameter": (
+        tiny_spec(methods={"step_size": [{"name": "constant", "fixed": {"rate": 1}}]}),
+        "methods.step_size[0].fixed.rate", "allowed: lr, momentum"),
+    "bad search range": (
+        tiny_spec(methods={"step_size": [{"name": "constant",
+                                          "search_space": {"lr": {"low": 1, "high": 0.1}}}]}),
+        "methods.step_size[0].search_space.lr", "must be below"),
+    "requires not met": (
+        tiny_spec(methods={"step_size": [{"name": "polyak", "fixed": {"f_star": "exact"}}]}),
+        "methods.step_size[0]", "needs f_star, which task logreg does not provide"),
+    "requires not met in search space": (
+        tiny_spec(methods={"step_size": [{"name": "polyak", "search_space": {
+            "f_star": {"choices": ["lower_bound", "exact"]}}}]}),
+        "methods.step_size[0]", "needs f_star"),
+    "unknown objective metric": (tiny_spec(objective={"metric": "eval/return"}),
+                                 "objective.metric", "allowed: train/loss"),
+    "duplicate seeds": (tiny_spec(seeds=[1, 1]), "seeds", "distinct"),
+    "bad storage": (tiny_spec(storage="mysql://db/x"), "storage", "allowed: sqlite:///"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_spec_error_exits_2_names_the_key_and_writes_nothing(case, write_spec, tmp_path,
+                                                             monkeypatch, capsys):
+    spec, path, fragment = CASES[case]
+    spec_file = write_spec(spec)
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    assert cli.main(["sweep", str(spec_file), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"spec.yaml: {path}:" in err, err
+    assert fragment in err, err
+    assert "Traceback" not in err
+    assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("task: [unclosed\n", "not valid YAML"),
+    ("- a\n- b\n", "top level must be a mapping"),
+    ("", "top level must be a mapping"),
+])
+def test_unreadable_yaml_exits_2(text, fragment, tmp_path, monkeypatch, capsys):
+    (tmp_path / "spec.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "spec.yaml"]) == 2
+    assert fragment in capsys.readouterr().err
+    assert files_under(tmp_path) == {tmp_path / "spec.yaml"}
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["sweep", "missing.yaml"], "missing.yaml: no such file"),
+    (["sweep", "spec.yaml", "--workers", "0"], "--workers must be at least 1"),
+    (["sweep", "spec.yaml", "--workers", "two"], "invalid int value"),
+    (["sweep", "spec.yaml", "--storage", "sqlite:///:memory:"], "in-memory"),
+    (["sweep", "spec.yaml", "--device", "tpu"], "unknown device 'tpu'"),
+    (["frobnicate"], "invalid choice"),
+    (["run", "mnist"], "unknown task 'mnist'"),
+    (["run", "logreg"], "name a method: step_size=NAME"),
+    (["run", "logreg", "step_size=adamw"], "allowed: armijo, constant, polyak"),
+    (["run", "logreg", "step_size=constant", "step_size.lr=-1"], "step_size[0].fixed.lr"),
+    (["run", "logreg", "step_size=constant", "n_sample=3"], "task.params.n_sample"),
+    (["status", "spec.yaml", "--storage", "oracle://x"], "unsupported storage"),
+])
+def test_bad_arguments_exit_2_and_write_nothing(args, fragment, write_spec, tmp_path,
+                                                monkeypatch, capsys):
+    write_spec(tiny_spec())
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    with pytest.raises(SystemExit) if fragment in ("invalid int value", "invalid choice") \
+            else _nothing():
+        assert cli.main(args) == 2
+    assert fragment in capsys.readouterr().err
+    assert files_under(tmp_path) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_exits_2(write_spec, tmp_path, monkeypatch, capsys):
+    write_spec(tiny_spec())
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "spec.yaml", "--device", "cuda"]) == 2
+    assert "torch.cuda.is_available() is false" in capsys.readouterr().err
+    assert files_under(tmp_path) == {tmp_path / "spec.yaml"}
+
+
+def test_the_real_command_exits_2_without_a_traceback(write_spec, tmp_path):
+    write_spec(tiny_spec(budget={"steps": -5}))
+    before = files_under(tmp_path)
+    result = run_cli("sweep", "spec.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "spec.yaml: budget.steps:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert files_under(tmp_path) == before
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

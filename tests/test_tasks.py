@@ -1,0 +1,82 @@
+"""The testbeds: seeded data, exact f*, counted costs and budgets."""
+
+import math
+
+import torch
+
+from workbench import registry
+from workbench.tasks import Budget
+from workbench.tasks.logreg import LogReg, LogRegParams, make_data
+from workbench.tasks.quadratic import Quadratic, QuadraticParams, make_problem
+
+CPU = torch.device("cpu")
+
+
+def run(task, params, method, steps=20, **budget):
+    history = []
+    out = task().run(params, {"step_size": method}, seed=3, device=CPU,
+                     budget=Budget(steps=steps, **budget),
+                     log=lambda step, metrics: history.append((step, dict(metrics))))
+    return out, history
+
+
+def test_logreg_data_is_seeded():
+    x1, y1 = make_data(LogRegParams(), 7)
+    x2, y2 = make_data(LogRegParams(), 7)
+    x3, _ = make_data(LogRegParams(), 8)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert not torch.equal(x1, x3)
+    assert set(y1.unique().tolist()) == {-1.0, 1.0}
+
+
+def test_logreg_margin_separates_the_classes():
+    params = LogRegParams(margin=0.5, label_noise=0.0)
+    x, y = make_data(params, 0)
+    gen = torch.Generator().manual_seed(0)
+    w_star = torch.randn(params.dim, generator=gen, dtype=torch.float64)
+    w_star /= w_star.norm()
+    assert float((y * (x @ w_star)).min()) >= 0.5 - 1e-12
+
+
+def test_quadratic_f_star_is_exact():
+    params = QuadraticParams(dim=30, condition_number=1e3)
+    a, b, f_star = make_problem(params, 0)
+    x_star = torch.linalg.solve(a, b)
+    assert math.isclose(float(0.5 * x_star @ a @ x_star - b @ x_star), f_star, rel_tol=1e-10)
+    eigenvalues = torch.linalg.eigvalsh(a)
+    assert math.isclose(float(eigenvalues.max() / eigenvalues.min()), 1e3, rel_tol=1e-6)
+
+
+def test_every_step_logs_the_fair_comparison_axes():
+    out, history = run(LogReg, LogRegParams(n_samples=100, batch_size=25),
+                       registry.get("step_size", "armijo")())
+    steps = [s for s, _ in history]
+    assert steps == list(range(21))
+    for key in ("train/loss", "train/accuracy", "train/grad_norm", "method/step_size",
+                "cost/samples", "cost/grad_evals", "cost/loss_evals", "time/wall_seconds"):
+        assert key in history[-1][1], key
+    last = history[-1][1]
+    assert last["cost/samples"] == 20 * 25
+    assert last["cost/grad_evals"] == 20
+    assert last["cost/loss_evals"] >= 20  # at least one trial point per line search
+    times = [m["time/wall_seconds"] for _, m in history]
+    assert times == sorted(times)
+
+
+def test_samples_budget_stops_early():
+    out, history = run(LogReg, LogRegParams(n_samples=100, batch_size=10),
+                       registry.get("step_size", "constant")(), steps=1000, samples=55)
+    assert out["steps"] == 6 and history[-1][1]["cost/samples"] == 60
+
+
+def test_quadratic_suboptimality_goes_to_zero_with_the_right_step():
+    out, _ = run(Quadratic, QuadraticParams(dim=10, condition_number=10.0),
+                 registry.get("step_size", "constant")(lr=1.0), steps=400)
+    assert abs(out["train/suboptimality"]) < 1e-8
+
+
+def test_a_diverging_run_stops_and_says_so():
+    out, history = run(Quadratic, QuadraticParams(dim=10, condition_number=10.0),
+                       registry.get("step_size", "constant")(lr=5.0), steps=5000)
+    assert out["diverged"] and out["steps"] < 5000
+    assert not math.isfinite(history[-1][1]["train/loss"])
