@@ -145,14 +145,15 @@ def cmd_run(args) -> int:
             raise spec.SpecError(source, item, "expected SLOT=METHOD, SLOT.PARAM=VALUE or "
                                  "PARAM=VALUE")
         key, value = item.split("=", 1)
-        if key in task.slots:
-            chosen[key] = value
+        is_method = key in task.slots and value in registry.available(key)
+        if key in task.slots and (is_method or key not in task.Params.model_fields):
+            chosen[key] = value  # a slot; `batch_size=64` names the task's parameter
         elif "." in key and key.split(".", 1)[0] in task.slots:
             slot, name = key.split(".", 1)
             method_values.setdefault(slot, {})[name] = _parse_value(value)
         else:
             task_values[key] = _parse_value(value)
-    missing = [s for s in task.slots if s not in chosen]
+    missing = [s for s in task.slots if s not in chosen and s not in task.default_methods]
     if missing:
         raise spec.SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "
                              + ", ".join(registry.available(missing[0])))

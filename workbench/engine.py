@@ -341,7 +341,8 @@ class Worker:
 
         torch.manual_seed(seed)
         try:
-            result = sweep.task().run(sweep.task_params, methods, seed=seed, device=self.device,
+            fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}  # no state leaks
+            result = sweep.task().run(sweep.task_params, fresh, seed=seed, device=self.device,
                                       budget=spec.budget, log=log)
             value = objective.value()
             if result.get("diverged") or not math.isfinite(value):

@@ -22,8 +22,11 @@ class StepSizeMethod(Method):
     the current minibatch at the current parameters, fills ``.grad`` and returns the loss;
     ``closure(backward=False)`` only evaluates the loss (a line search's trial point). The
     optimizer calls it at least once and sets ``last_step_size`` (a float) on every step.
-    ``info`` holds what the task provides (e.g. ``f_star``, ``loss_lower_bound``,
-    ``batches_per_epoch``).
+    ``info`` holds what the task provides: always ``total_steps`` (the step budget) and
+    ``batches_per_epoch``; where known ``f_star`` (exact optimal value), ``loss_lower_bound``,
+    ``smoothness`` (L), and for constrained tasks ``lmo`` (linear minimisation oracle: a list
+    of gradient tensors -> the list of vertex tensors s = argmin_{s in C} <g, s>). A method
+    ``requires`` the keys it reads (``closure`` for re-evaluations, ``f_star``, ``lmo``, ...).
     """
 
     family = "step_size"
@@ -35,13 +38,29 @@ class StepSizeMethod(Method):
 
 
 class BatchSizeMethod(Method):
-    """Returns the batch size of the next step from the step and observed statistics
-    (``loss``, ``grad_norm``, per-sample gradient variance where the method requires it)."""
+    """Chooses the batch size of every step.
+
+    ``start(info)`` returns the first batch size; ``info`` holds the task's ``batch_size`` (its
+    base size; None means the full batch) and ``n_samples``. After each step,
+    ``next_batch_size(step, stats)`` returns the next one from the step's statistics: ``loss``,
+    ``grad_sq`` (squared norm of the batch gradient), ``batch_size``, ``samples`` (seen so
+    far), ``n_samples``, and, where the method ``requires`` ``per_sample_grads``,
+    ``grad_sq_big``/``big_batch_size``, ``grad_sq_small``/``small_batch_size`` and
+    ``grad_var`` (see ``workbench.tasks.gradient_descent``). The loop clamps the answer to
+    [1, n_samples]. ``diagnostics()`` returns extra metrics to log at every step (e.g.
+    ``batch/noise_scale``).
+    """
 
     family = "batch_size"
 
+    def start(self, info: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
     def next_batch_size(self, step: int, stats: Mapping[str, float]) -> int:
         raise NotImplementedError
+
+    def diagnostics(self) -> dict[str, float]:
+        return {}
 
 
 class EntropyMethod(Method):

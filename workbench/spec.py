@@ -130,6 +130,7 @@ class MethodChoice:
     cls: type[registry.Method]
     fixed: dict[str, Any]
     space: dict[str, od.BaseDistribution]
+    implicit: bool = False  # the task's default for a slot the spec does not name
 
     @property
     def label(self) -> str:
@@ -146,7 +147,7 @@ class StudyPlan:
 
     @property
     def label(self) -> str:
-        return "+".join(m.label for m in self.methods)
+        return "+".join(m.label for m in self.methods if not m.implicit)
 
     @property
     def combination(self) -> dict[str, str]:
@@ -252,14 +253,18 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             f"task {task.name} has no slot {slot!r}; allowed: "
                             + ", ".join(task.slots))
         per_slot.append(_resolve_slot(source, task, slot, entries, notes))
-    missing = [s for s in task.slots if s not in spec.methods]
-    if missing:
-        raise SpecError(source, f"methods.{missing[0]}",
-                        f"task {task.name} needs methods for slot {missing[0]!r}")
+    for slot in task.slots:
+        if slot in spec.methods:
+            continue
+        if slot not in task.default_methods:
+            raise SpecError(source, f"methods.{slot}",
+                            f"task {task.name} needs methods for slot {slot!r}")
+        default = registry.get(slot, task.default_methods[slot])
+        per_slot.append([MethodChoice(slot, default, {}, {}, implicit=True)])
 
     studies = []
     for combo in itertools.product(*per_slot):
-        label = "+".join(f"{m.slot}={m.cls.name}" for m in combo)
+        label = "+".join(f"{m.slot}={m.cls.name}" for m in combo if not m.implicit)
         plan = StudyPlan(f"{name}.{label}", tuple(combo), spec.trials)
         if not plan.search_space() and spec.trials > 1:
             notes.append(f"{plan.name}: nothing to tune; running 1 trial")

@@ -38,6 +38,7 @@ class Task:
     name: ClassVar[str]
     description: ClassVar[str] = ""
     slots: ClassVar[tuple[str, ...]]
+    default_methods: ClassVar[dict[str, str]] = {}  # slot -> method used when a spec names none
     provides: ClassVar[frozenset[str]] = frozenset()
     Params: ClassVar[type[TaskParams]] = TaskParams
     metrics: ClassVar[dict[str, str]] = {}  # objective candidates: name -> natural direction

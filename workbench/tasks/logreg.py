@@ -47,8 +47,9 @@ def make_data(params: LogRegParams, seed: int) -> tuple[torch.Tensor, torch.Tens
 class LogReg(Task):
     name = "logreg"
     description = "logistic regression on generated Gaussian classes with a margin"
-    slots = ("step_size",)
-    provides = frozenset({"closure", "loss_lower_bound"})
+    slots = ("step_size", "batch_size")
+    default_methods = {"batch_size": "constant"}
+    provides = frozenset({"closure", "loss_lower_bound", "per_sample_grads"})
     Params = LogRegParams
     metrics = {
         "train/loss": "minimize",
@@ -69,6 +70,10 @@ class LogReg(Task):
             loss = F.softplus(-yb * (xb @ w)).mean()
             return loss + 0.5 * params.l2 * (w @ w) if params.l2 else loss
 
+        def sample_loss(variables, xi, yi):
+            (v,) = variables
+            return F.softplus(-yi * (xi @ v)) + 0.5 * params.l2 * (v @ v)
+
         @torch.no_grad()
         def evaluate():
             margins = y * (x @ w)
@@ -81,8 +86,11 @@ class LogReg(Task):
         info = {
             "loss_lower_bound": 0.0,
             "batches_per_epoch": batches_per_epoch(params.n_samples, params.batch_size),
+            "total_steps": budget.steps,
         }
-        problem = Problem([w], params.n_samples, batch_loss, evaluate, info)
+        problem = Problem([w], params.n_samples, batch_loss, evaluate, info,
+                          sample_loss=sample_loss, data=(x, y))
         optimizer = methods["step_size"].build([w], info)
         return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                     seed=seed, device=device, log=log)
+                     seed=seed, device=device, log=log,
+                     batch_method=methods.get("batch_size"))

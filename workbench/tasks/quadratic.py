@@ -65,7 +65,8 @@ class Quadratic(Task):
             loss = float(batch_loss(None))
             return {"train/loss": loss, "train/suboptimality": loss - f_star}
 
-        info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1}
+        info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1,
+                "total_steps": budget.steps, "smoothness": 1.0}
         problem = Problem([x], 1, batch_loss, evaluate, info)
         optimizer = methods["step_size"].build([x], info)
         return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
