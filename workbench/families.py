@@ -36,6 +36,10 @@ class StepSizeMethod(Method):
     ) -> torch.optim.Optimizer:
         raise NotImplementedError
 
+    def step_size_cap(self) -> float:
+        """The largest ``last_step_size`` this configuration may report (inf: no cap)."""
+        return float("inf")
+
 
 class BatchSizeMethod(Method):
     """Chooses the batch size of every step.

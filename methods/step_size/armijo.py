@@ -66,6 +66,9 @@ class Armijo(StepSizeMethod):
     )
     fidelity = "reconstructed"
 
+    def step_size_cap(self):
+        return self.eta_max
+
     def build(self, params, info):
         return ArmijoSLS(
             params, eta0=self.eta0, c=self.c, beta=self.beta, gamma=self.gamma,

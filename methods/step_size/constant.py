@@ -33,5 +33,8 @@ class Constant(StepSizeMethod):
     )
     fidelity = "reference-checked"
 
+    def step_size_cap(self):
+        return self.lr
+
     def build(self, params, info):
         return _SGD(params, lr=self.lr, momentum=self.momentum)

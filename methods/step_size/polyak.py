@@ -81,6 +81,9 @@ class Polyak(StepSizeMethod):
         need = needs[params["f_star"]]
         return frozenset({need} if need else set())
 
+    def step_size_cap(self):
+        return self.gamma_max
+
     def build(self, params, info):
         if self.f_star == "estimate":
             return SPSMax(params, self.c, self.gamma_max, None, self.delta)
