@@ -6,6 +6,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import ROOT, run_cli
+from workbench import registry
 
 pytestmark = pytest.mark.slow
 
@@ -116,4 +117,7 @@ def test_status_and_report_read_the_store(quickstart):
     table = (out / "results.csv").read_text().splitlines()
     assert table[0].startswith("method,") and len(table) == 4
     assert (out / "learning_curves.png").stat().st_size > 10_000
-    assert "armijo †" in (out / "results.md").read_text()
+    markdown = (out / "results.md").read_text()
+    for name in ("constant", "polyak", "armijo"):
+        marked = registry.get("step_size", name).fidelity == "reconstructed"
+        assert (f"| {name} † |" in markdown) == marked, name

@@ -80,6 +80,7 @@ def cmd_sweep(args) -> int:
     engine.resolve_device(args.device or sweep.spec.device)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
+    engine.terminate_gracefully()
     bar = SweepProgress(sweep, quiet=args.quiet)
     try:
         final = engine.run_sweep(sweep, workers=args.workers, device=args.device, progress=bar)

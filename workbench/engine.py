@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import traceback
@@ -27,6 +28,7 @@ from optuna.trial import TrialState
 
 from workbench import stats, tracking
 from workbench.objective import ObjectiveTracker
+from workbench.sink import MetricSink
 from workbench.spec import SpecError, StudyPlan, Sweep, load
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
 
@@ -186,14 +188,15 @@ class Worker:
         self.client = self.store.mlflow_client()
         plans = self.sweep.studies
         start = self.index % len(plans)
-        for plan in plans[start:] + plans[:start]:
-            study = optuna.load_study(study_name=plan.name, storage=self.storage,
-                                      pruner=make_pruner(self.sweep))
-            while (trial := self._claim(study, plan)) is not None:
-                self._run_trial(study, plan, trial)
-                if self.on_trial_end:
-                    self.on_trial_end()
-            self._close_study_run(study, plan)
+        with MetricSink(self.store.mlflow_url) as self.sink:
+            for plan in plans[start:] + plans[:start]:
+                study = optuna.load_study(study_name=plan.name, storage=self.storage,
+                                          pruner=make_pruner(self.sweep))
+                while (trial := self._claim(study, plan)) is not None:
+                    self._run_trial(study, plan, trial)
+                    if self.on_trial_end:
+                        self.on_trial_end()
+                self._close_study_run(study, plan)
 
     def _claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
         with self.store.lock(plan.name), warnings.catch_warnings():
@@ -325,13 +328,12 @@ class Worker:
             self.client, experiment_id, name,
             tags={**tags, "workbench.kind": "seed", "workbench.seed": seed},
             params={**params, "seed": seed}, parent=trial_run)
-        buffer = tracking.MetricBuffer(self.client, seed_run)
         objective = ObjectiveTracker(sweep.metric, sweep.direction, spec.objective.at)
         marks = report_steps(spec.budget.steps, spec.pruner.report_points)
         points = spec.pruner.report_points
 
         def log(step: int, metrics) -> None:
-            buffer.log(step, metrics)
+            self.sink.log(seed_run, step, dict(metrics))
             objective.add(metrics[sweep.metric])
             if step in marks and math.isfinite(objective.value()):
                 trial.report(objective.value(), k * points + marks[step])
@@ -349,17 +351,17 @@ class Worker:
                 raise StopRun("diverged", f"{sweep.metric} not finite at seed {seed}, step "
                                           f"{result.get('steps')}")
         except StopRun as stop:
-            buffer.flush()
+            self.sink.flush()
             tracking.finish_run(self.client, seed_run, "pruned",
                                 tags={"workbench.prune_reason": stop.reason,
                                       "workbench.prune_detail": stop.detail})
             raise
         except BaseException as err:
-            buffer.flush()
+            self.sink.flush()
             tracking.finish_run(self.client, seed_run, "fail",
                                 tags={"workbench.fail_reason": f"{type(err).__name__}: {err}"})
             raise
-        buffer.flush()
+        self.sink.flush()
         tracking.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
                             name=f"{name} | {_short(sweep.metric)}={value:.4g}")
         return value
@@ -415,7 +417,17 @@ def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
     return out
 
 
+def terminate_gracefully() -> None:
+    """Turn SIGTERM into SystemExit, so runs are flushed and marked before the process ends."""
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _worker_main(source: str, storage: str, device: str, index: int, threads: int) -> None:
+    terminate_gracefully()
     torch.set_num_threads(threads)
     sweep = load(source, storage=storage)
     Worker(sweep, Store.from_url(sweep.storage), torch.device(device), index).run()

@@ -3,7 +3,7 @@
 One experiment per sweep; a parent run per study, a child run per trial, a run per seed under
 its trial. Params hold every resolved hyperparameter; tags hold provenance (git commit, dirty
 flag, package versions, device, host), the method, its fidelity, the seed and the Optuna ids.
-Metrics go in with their step, buffered into ``log_batch`` calls.
+Step metrics go through ``workbench.sink.MetricSink``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "fail": "FAILED"}
-BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
 
 @functools.cache
@@ -87,23 +86,3 @@ def finish_run(client, run_id: str, state: str, *, tags: Mapping[str, Any] | Non
     if items or values:
         client.log_batch(run_id, metrics=values, tags=items)
     client.set_terminated(run_id, STATUS[state])
-
-
-class MetricBuffer:
-    """Collects (step, metrics) points and writes them with ``log_batch`` in chunks of 1000."""
-
-    def __init__(self, client, run_id: str):
-        self.client, self.run_id = client, run_id
-        self.pending: list[Metric] = []
-
-    def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        now = int(time.time() * 1000)
-        self.pending.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
-        if len(self.pending) >= BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        while self.pending:
-            chunk, self.pending = self.pending[:BATCH], self.pending[BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
-

@@ -1,0 +1,202 @@
+"""Metric sink speed, as ratios against MLflow's own paths, measured in one run.
+
+    .venv/bin/python benchmarks/metric_sink.py            # SQLite, full sizes (~3 minutes)
+    .venv/bin/python benchmarks/metric_sink.py --quick    # smaller sizes (~40 s)
+    .venv/bin/python benchmarks/metric_sink.py --postgres postgresql://user@127.0.0.1/db
+
+Write side (one process; on SQLite a fresh store file for each measurement):
+``mlflow.log_metric``; ``MlflowClient.log_batch`` with batches of 1,000; a bare
+``executemany`` of the same rows into the same two tables (``metrics`` and ``latest_metrics``:
+MLflow's schema, the limit); and the sink, sustained from the first ``log`` to the end of
+``flush``. Producer cost: time inside ``log`` per point.
+Read side: every point of RUNS x STEPS x 4 metrics into one DataFrame through
+``workbench.results.metric_history`` (one query) against ``MlflowClient.get_metric_history``
+run by run (timed on a sample of runs and scaled to all of them, as the output says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+logging.getLogger("mlflow").setLevel(logging.ERROR)
+logging.getLogger("alembic").setLevel(logging.ERROR)
+
+KEYS = [f"m{i}" for i in range(10)]
+
+
+def make_store(url: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(url)
+    experiment = client.create_experiment(f"bench-{time.time_ns()}")
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+    return client, experiment
+
+
+def new_run(client, experiment) -> str:
+    return client.create_run(experiment).info.run_id
+
+
+def records(run_id: str, steps: int, keys=KEYS):
+    stamp = int(time.time() * 1000)
+    return [(run_id, s, stamp + s, {k: s * 0.001 + i for i, k in enumerate(keys)})
+            for s in range(steps)]
+
+
+def bench_log_metric(url, points):
+    import mlflow
+
+    mlflow.set_tracking_uri(url)
+    client, experiment = make_store(url)
+    with mlflow.start_run(experiment_id=experiment):
+        started = time.perf_counter()
+        for i in range(points):
+            mlflow.log_metric("loss", i * 0.5, step=i)
+        return points / (time.perf_counter() - started)
+
+
+def bench_log_batch(url, steps):
+    from mlflow.entities import Metric
+
+    client, experiment = make_store(url)
+    run = new_run(client, experiment)
+    metrics = [Metric(k, v, t, s) for _, s, t, m in records(run, steps) for k, v in m.items()]
+    started = time.perf_counter()
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run, metrics=metrics[i : i + 1000])
+    return len(metrics) / (time.perf_counter() - started)
+
+
+def bench_bare(url, steps):
+    from workbench.sink import _PostgresWriter, _SqliteWriter, rows_for
+
+    client, experiment = make_store(url)
+    run = new_run(client, experiment)
+    rows, latest = rows_for(records(run, steps))
+    if url.startswith("sqlite:///"):
+        db = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        db.execute("PRAGMA synchronous=NORMAL")
+        started = time.perf_counter()
+        db.execute("BEGIN")
+        db.executemany(_SqliteWriter.INSERT.replace("OR IGNORE ", ""), rows)
+        db.executemany(_SqliteWriter.UPSERT, latest)
+        db.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        db.close()
+    else:
+        writer = _PostgresWriter(url)
+        started = time.perf_counter()
+        writer.write(rows, latest)
+        elapsed = time.perf_counter() - started
+        writer.close()
+    return len(rows) / elapsed
+
+
+def bench_sink(url, steps, runs=1):
+    from workbench.sink import MetricSink
+
+    client, experiment = make_store(url)
+    run_ids = [new_run(client, experiment) for _ in range(runs)]
+    batches = [records(r, steps) for r in run_ids]
+    points = sum(len(m) for batch in batches for *_, m in batch)
+    in_log = 0.0
+    with MetricSink(url) as sink:
+        assert sink.fast, "the sink fell back to log_batch: unknown schema"
+        started = time.perf_counter()
+        for batch in batches:
+            for run_id, step, stamp, metrics in batch:
+                t = time.perf_counter()
+                sink.log(run_id, step, metrics, timestamp_ms=stamp)
+                in_log += time.perf_counter() - t
+        sink.flush()
+        elapsed = time.perf_counter() - started
+    return points / elapsed, in_log / points * 1e6, client, experiment, run_ids
+
+
+def bench_read(url, runs, steps, sample):
+    from workbench import results
+    from workbench.store import Store
+
+    keys = KEYS[:4]
+    _, _, client, experiment, run_ids = bench_sink_keys(url, runs, steps, keys)
+    store = Store(optuna_url=url, mlflow_url=url, artifact_root=Path("."))
+    started = time.perf_counter()
+    frame = results.metric_history(store, experiment, keys)
+    ours = time.perf_counter() - started
+    assert len(frame) == runs * steps * len(keys), len(frame)
+    started = time.perf_counter()
+    parts = []
+    for run_id in run_ids[:sample]:
+        for key in keys:
+            parts.extend((run_id, key, m.step, m.value)
+                         for m in client.get_metric_history(run_id, key))
+    pd.DataFrame(parts, columns=["run_id", "key", "step", "value"])
+    theirs = (time.perf_counter() - started) * runs / sample
+    return ours, theirs, len(frame)
+
+
+def bench_sink_keys(url, runs, steps, keys):
+    from workbench.sink import MetricSink
+
+    client, experiment = make_store(url)
+    run_ids = [new_run(client, experiment) for _ in range(runs)]
+    with MetricSink(url) as sink:
+        for run_id in run_ids:
+            for _, step, stamp, metrics in records(run_id, steps, keys):
+                sink.log(run_id, step, metrics, timestamp_ms=stamp)
+    return None, None, client, experiment, run_ids
+
+
+def report(label, fresh, sizes):
+    """``fresh(name)`` gives the URL of an empty store (SQLite: a new file per measurement)."""
+    print(f"\n== {label}: {fresh('probe').split('@')[-1]}")
+    sink_rate, producer_us, *_ = bench_sink(fresh("sink"), sizes["sink_steps"])
+    batch_rate = bench_log_batch(fresh("batch"), sizes["batch_steps"])
+    single_rate = bench_log_metric(fresh("single"), sizes["single_points"])
+    bare_rate = bench_bare(fresh("bare"), sizes["sink_steps"])
+    url = fresh("read")
+    print(f"sink sustained write        {sink_rate:12,.0f} points/s  "
+          f"({sizes['sink_steps'] * len(KEYS):,} points)")
+    print(f"MlflowClient.log_batch      {batch_rate:12,.0f} points/s  -> sink is "
+          f"{sink_rate / batch_rate:6.1f}x faster (target >= 12x)")
+    print(f"mlflow.log_metric           {single_rate:12,.0f} points/s  -> sink is "
+          f"{sink_rate / single_rate:6.0f}x faster")
+    print(f"bare executemany (limit)    {bare_rate:12,.0f} points/s  -> sink reaches "
+          f"{sink_rate / bare_rate:6.2f}x of it; limit/sink = {bare_rate / sink_rate:.2f} "
+          f"(target <= 1.5)")
+    print(f"producer cost per point     {producer_us:12.2f} us        (target <= 5 us)")
+    runs, steps, sample = sizes["read"]
+    ours, theirs, n = bench_read(url, runs, steps, sample)
+    print(f"read {runs} runs x {steps} steps x 4 metrics ({n:,} points): one query "
+          f"{ours:.2f} s; get_metric_history run by run {theirs:.1f} s (timed on {sample} "
+          f"runs, scaled x{runs / sample:.0f}) -> {theirs / ours:.0f}x faster (target >= 20x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--postgres", help="also measure on this PostgreSQL URL "
+                                           "(an MLflow store is created in it)")
+    args = parser.parse_args()
+    sizes = ({"sink_steps": 20_000, "batch_steps": 2_000, "single_points": 100,
+              "read": (100, 1000, 10)} if args.quick else
+             {"sink_steps": 100_000, "batch_steps": 5_000, "single_points": 300,
+              "read": (1000, 1000, 25)})
+    with tempfile.TemporaryDirectory() as folder:
+        report("SQLite", lambda name: f"sqlite:///{folder}/{name}.mlflow.db", sizes)
+    if args.postgres:  # one database: each measurement writes its own new runs
+        report("PostgreSQL", lambda name: args.postgres, sizes)
+
+
+if __name__ == "__main__":
+    main()
