@@ -48,3 +48,6 @@ def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
 
 def files_under(path: Path) -> set[Path]:
     return {p for p in path.rglob("*")}
+
+
+from tests.postgres import postgres  # noqa: E402,F401  (the session's PostgreSQL server)

@@ -34,6 +34,13 @@ def store(tmp_path):
     return url, client, experiment
 
 
+@pytest.fixture(scope="module")
+def pg_store(postgres):
+    url = postgres.new_database()
+    client = MlflowClient(url)
+    return url, client, client.create_experiment("sink")
+
+
 def history(client, run_id, key):
     return sorted((m.step, m.timestamp, "nan" if math.isnan(m.value) else m.value)
                   for m in client.get_metric_history(run_id, key))
@@ -69,6 +76,17 @@ def test_sink_matches_mlflow_client_point_for_point(store, split):
     frame = client.search_runs([experiment])
     by_id = {r.info.run_id: r.data.metrics for r in frame}
     assert str(by_id[ours]) == str(by_id[theirs])
+
+
+def test_sink_matches_mlflow_client_on_postgresql(pg_store):
+    url, client, experiment = pg_store
+    batches = [POINTS[:5], POINTS[5:]]
+    ours, theirs = log_both(client, experiment, {}, url, batches)
+    with MetricSink(url) as sink:
+        assert sink.fast
+    for key in {p[0] for p in POINTS}:
+        assert history(client, ours, key) == history(client, theirs, key), key
+    assert latest(client, ours) == latest(client, theirs)
 
 
 def test_schema_is_known_or_the_sink_falls_back(store, caplog):

@@ -207,8 +207,9 @@ def normalise_storage(url: str, source: str, path: str) -> str:
         if not rest or rest == ":memory:":
             raise SpecError(source, path, "an in-memory SQLite store cannot be shared; name a file")
         return "sqlite:///" + str(Path(rest).expanduser().resolve())
-    if re.match(r"^postgresql(\+\w+)?://", url):
-        return url
+    if re.match(r"^postgresql(\+psycopg2)?://", url):
+        # SQLAlchemy 2.1 defaults to psycopg 3; the workbench installs psycopg2
+        return re.sub(r"^postgresql(\+psycopg2)?://", "postgresql+psycopg2://", url)
     raise SpecError(source, path, f"unsupported storage {url!r}; allowed: sqlite:///FILE, "
                     "postgresql://USER@HOST/DB")
 
