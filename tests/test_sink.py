@@ -8,12 +8,15 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from workbench import results
 from workbench.sink import KNOWN_REVISIONS, MetricSink
+from workbench.store import Store
 
 POINTS = [  # (key, value, timestamp_ms, step): NaN, +-Inf, duplicates, steps out of order
     ("loss", 1.5, 1000, 0), ("loss", 1.2, 1001, 1), ("loss", float("nan"), 1002, 2),
@@ -87,6 +90,25 @@ def test_sink_matches_mlflow_client_on_postgresql(pg_store):
     for key in {p[0] for p in POINTS}:
         assert history(client, ours, key) == history(client, theirs, key), key
     assert latest(client, ours) == latest(client, theirs)
+    assert_read_side_matches(url, client, experiment, [ours, theirs])
+
+
+def assert_read_side_matches(url, client, experiment, run_ids):
+    """workbench.results reads, in one query, what MlflowClient reads run by run."""
+    keys = sorted({p[0] for p in POINTS})
+    frame = results.metric_history(Store(url, url, Path(".")), experiment, keys)
+    for run_id in run_ids:
+        for key in keys:
+            mine = frame[(frame["run_id"] == run_id) & (frame["key"] == key)]
+            got = sorted((int(s), "nan" if math.isnan(v) else v)
+                         for s, v in zip(mine["step"], mine["value"], strict=True))
+            assert got == sorted((s, v) for s, _, v in history(client, run_id, key))
+
+
+def test_read_side_matches_the_client_on_sqlite(store):
+    url, client, experiment = store
+    ours, theirs = log_both(client, experiment, {}, url, [POINTS])
+    assert_read_side_matches(url, client, experiment, [ours, theirs])
 
 
 def test_schema_is_known_or_the_sink_falls_back(store, caplog):

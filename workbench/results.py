@@ -4,6 +4,7 @@ for all runs of the experiment), not one MLflow client call per run."""
 from __future__ import annotations
 
 import contextlib
+import io
 import sqlite3
 
 import numpy as np
@@ -58,6 +59,8 @@ def metric_history(store: Store, experiment: str, keys: list[str]) -> pd.DataFra
     keys = list(dict.fromkeys(keys))
     if store.mlflow_url.startswith("sqlite:///") and keys:
         frame = _sqlite_history(store.mlflow_url.removeprefix("sqlite:///"), experiment, keys)
+    elif store.mlflow_url.startswith("postgresql") and keys:
+        frame = _postgres_history(store, experiment, keys)
     else:
         query = sa.text(
             "SELECT m.run_uuid AS run_id, m.key, m.step, "
@@ -91,3 +94,27 @@ def _sqlite_history(path: str, experiment: str, keys: list[str]) -> pd.DataFrame
         "step": table[:, 2].astype(np.int64),
         "value": table[:, 3],
     })
+
+
+def _postgres_history(store: Store, experiment: str, keys: list[str]) -> pd.DataFrame:
+    """COPY ... TO STDOUT as CSV, parsed by pandas' C reader (floats print exactly on
+    PostgreSQL 12 and later)."""
+    engine = _engine(store)
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cur:
+            query = cur.mogrify(
+                "SELECT m.run_uuid, m.key, m.step, "
+                "CASE WHEN m.is_nan THEN NULL ELSE m.value END FROM metrics m "
+                "JOIN runs r ON r.run_uuid = m.run_uuid "
+                "WHERE r.experiment_id = %s AND m.key = ANY(%s)",
+                (int(experiment), keys)).decode()
+            text = io.StringIO()
+            cur.copy_expert(f"COPY ({query}) TO STDOUT WITH CSV", text)
+    finally:
+        raw.close()
+        engine.dispose()
+    text.seek(0)
+    return pd.read_csv(text, names=["run_id", "key", "step", "value"],
+                       dtype={"run_id": "category", "key": "category", "step": np.int64,
+                              "value": np.float64})

@@ -21,6 +21,7 @@ know it says so once and writes through ``MlflowClient.log_batch`` instead.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import sqlite3
@@ -116,8 +117,16 @@ class _SqliteWriter:
 
 
 class _PostgresWriter:
-    INSERT = ("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES %s "
-              "ON CONFLICT DO NOTHING")
+    """COPY into a temporary staging table, then one INSERT ... ON CONFLICT DO NOTHING: about
+    twice as fast as multi-row INSERTs (the metrics table's three indexes set the pace)."""
+
+    STAGE = ("CREATE TEMP TABLE IF NOT EXISTS workbench_metrics_stage "
+             "(LIKE metrics) ON COMMIT DELETE ROWS")
+    COPY = ("COPY workbench_metrics_stage (key, value, timestamp, run_uuid, step, is_nan) "
+            "FROM STDIN")
+    INSERT = ("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+              "SELECT key, value, timestamp, run_uuid, step, is_nan "
+              "FROM workbench_metrics_stage ON CONFLICT DO NOTHING")
     UPSERT = (
         "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES %s "
         "ON CONFLICT (key, run_uuid) DO UPDATE SET value = EXCLUDED.value, "
@@ -145,15 +154,26 @@ class _PostgresWriter:
         self.db.rollback()
         return row[0] if row else None
 
+    @staticmethod
+    def copy_text(rows) -> io.StringIO:
+        """COPY's text format; repr() keeps every float exact. Keys cannot hold tabs or
+        newlines (MLflow's key rule)."""
+        text = io.StringIO()
+        text.writelines(f"{k}\t{v!r}\t{t}\t{r}\t{s}\t{'t' if n else 'f'}\n"
+                        for k, v, t, r, s, n in rows)
+        text.seek(0)
+        return text
+
     def write(self, rows, latest) -> None:
         from psycopg2.extras import execute_values
 
-        # booleans for is_nan; sorted latest rows lock in one order (no deadlocks)
-        rows = [(k, v, t, r, s, bool(n)) for k, v, t, r, s, n in rows]
+        # sorted latest rows take their row locks in one order: no deadlocks between workers
         latest = sorted((k, v, t, s, bool(n), r) for k, v, t, s, n, r in latest)
         try:
             with self.db.cursor() as cur:
-                execute_values(cur, self.INSERT, rows, page_size=5000)
+                cur.execute(self.STAGE)
+                cur.copy_expert(self.COPY, self.copy_text(rows))
+                cur.execute(self.INSERT)
                 execute_values(cur, self.UPSERT, latest, page_size=5000)
             self.db.commit()
         except BaseException:
