@@ -35,7 +35,7 @@ def test_a_signal_flushes_metrics_and_marks_the_runs(signum, write_spec, tmp_pat
                 rows = 0
     assert rows >= 2000, proc.stderr.read() if proc.poll() is not None else "no metrics"
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode != 0 and "Traceback" not in err
     trial = optuna.load_study(study_name="tiny.step_size=constant",
                               storage=f"sqlite:///{db}").get_trials()[0]

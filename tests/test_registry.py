@@ -20,7 +20,9 @@ def test_builtin_step_size_methods_are_registered():
 
 
 def test_unknown_names_list_what_is_allowed():
-    with pytest.raises(RegistryError, match="allowed: armijo, constant, polyak"):
+    allowed = ", ".join(registry.available("step_size"))
+    assert "armijo, constant" in allowed
+    with pytest.raises(RegistryError, match=f"allowed: {allowed}$"):
         registry.get("step_size", "adamw")
     with pytest.raises(RegistryError, match="unknown family 'lr'"):
         registry.get("lr", "constant")

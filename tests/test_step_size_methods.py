@@ -46,8 +46,9 @@ def test_constant_matches_torch_sgd_number_for_number():
 
 def test_polyak_step_is_the_formula_with_exact_f_star():
     x, closure, f_star, _ = quadratic_closure()
-    opt = registry.get("step_size", "polyak")(f_star="exact", c=1.0, gamma_max=math.inf).build(
-        [x], {"f_star": f_star})
+    opt = registry.get("step_size", "polyak")(
+        f_star="exact", c=1.0, gamma_max=math.inf, adapt="constant", eps=0.0,
+    ).build([x], {"f_star": f_star})
     loss = closure()
     grad = x.grad.clone()
     expected = (float(loss) - f_star) / float(grad @ grad)
@@ -79,7 +80,8 @@ def test_polyak_estimate_tracks_best_loss_minus_delta():
 
 def test_armijo_accepts_only_steps_that_satisfy_the_condition():
     x, closure, _, calls = quadratic_closure()
-    opt = registry.get("step_size", "armijo")(c=0.1, beta=0.5).build([x], {"batches_per_epoch": 1})
+    opt = registry.get("step_size", "armijo")(c=0.1, beta=0.5, eta_max=10.0).build(
+        [x], {"batches_per_epoch": 1})
     for _ in range(30):
         x0 = x.detach().clone()
         f0 = float(closure())
@@ -111,7 +113,10 @@ def test_every_method_runs_on_every_task_it_fits():
         for name in registry.available("step_size"):
             cls = registry.get("step_size", name)
             method = cls()
-            if not cls.requirements(method.params) <= task_cls.provides:
+            needs = cls.requirements(method.params)
+            if not needs <= task_cls.provides:
+                continue
+            if not task_cls.slot_requires.get("step_size", frozenset()) <= needs:
                 continue
             out = task_cls().run(task_cls.Params(), {"step_size": method}, seed=0,
                                  device=torch.device("cpu"), budget=Budget(steps=5),

@@ -207,17 +207,16 @@ def cmd_ui(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from workbench import report, spec
+    from workbench import report
 
-    sweep = spec.load(args.spec, storage=args.storage)
-    out = Path(args.out) if args.out else Path("reports") / "out" / sweep.name
+    spec = report.load_spec(args.spec, storage=args.storage)
+    out = Path(args.out) if args.out else Path("reports") / "out" / spec.name
     try:
-        written = report.build(sweep, out)
+        written = report.build(spec, out)
     except report.ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    for path in written:
-        print(path)
+    print(f"{len(written)} files in {out}; open {out / 'index.html'}")
     return 0
 
 
@@ -266,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ui)
 
     p = sub.add_parser("report", help="rebuild figures and tables from the store")
-    p.add_argument("spec")
+    p.add_argument("spec", help="a sweep spec, or a report spec naming several sweeps")
     p.add_argument("--storage")
     p.add_argument("--out", help="output folder (default reports/out/SWEEP)")
     p.set_defaults(func=cmd_report)

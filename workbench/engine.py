@@ -334,6 +334,8 @@ class Worker:
 
         def log(step: int, metrics) -> None:
             self.sink.log(seed_run, step, dict(metrics))
+            if sweep.metric not in metrics:  # e.g. validation metrics every few steps
+                return
             objective.add(metrics[sweep.metric])
             if step in marks and math.isfinite(objective.value()):
                 trial.report(objective.value(), k * points + marks[step])

@@ -73,6 +73,23 @@ class ObjectiveSpec(Strict):
     at: Literal["final", "best", "auc"] = "final"
 
 
+class TargetSpec(Strict):
+    metric: str
+    value: float
+    direction: Literal["minimize", "maximize"] = "maximize"
+
+
+class ReportOptions(Strict):
+    """What ``workbench report`` draws (all optional)."""
+
+    x_axes: list[str] = ["step", "cost/samples", "cost/grad_evals", "time/wall_seconds"]
+    metrics: list[str] | None = None  # learning curves; default: the objective's metric
+    target: TargetSpec | None = None  # steps to reach it, per method
+    aggregate: Literal["mean", "iqm", "median"] = "iqm"
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    resamples: int = Field(2000, ge=100, le=100_000)
+
+
 class SweepSpec(Strict):
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     description: str = ""
@@ -88,6 +105,7 @@ class SweepSpec(Strict):
     budget: Budget = Budget()
     device: Literal["auto", "cpu", "cuda"] = "auto"
     storage: str | None = None
+    report: ReportOptions = ReportOptions()
 
     @field_validator("sampler", "pruner", mode="before")
     @classmethod
@@ -245,6 +263,10 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                         f"task {task.name} has no metric {metric!r}; allowed: "
                         + ", ".join(task.metrics))
     direction = spec.objective.direction or task.metrics[metric]
+    for i, name in enumerate(spec.report.metrics or []):
+        if name not in task.metrics:
+            raise SpecError(source, f"report.metrics[{i}]", f"task {task.name} has no metric "
+                            f"{name!r}; allowed: " + ", ".join(task.metrics))
 
     notes: list[str] = []
     per_slot: list[list[MethodChoice]] = []
@@ -360,11 +382,19 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
 
 
 def _check_requirements(source, task, where, cls, fixed, space) -> None:
-    """Every reachable configuration's requirements must be met by the task."""
+    """Every reachable configuration's requirements must be met by the task, and must include
+    what the task demands of its slot's methods."""
     categorical = {k: d.choices for k, d in space.items()
                    if isinstance(d, od.CategoricalDistribution)}
+    demanded = task.slot_requires.get(cls.family, frozenset())
     for values in itertools.product(*categorical.values()):
         params = cls.resolve({**fixed, **dict(zip(categorical, values, strict=True))})
+        if not demanded <= cls.requirements(params):
+            fitting = [n for n in registry.available(cls.family)
+                       if demanded <= _default_requirements(registry.get(cls.family, n))]
+            raise SpecError(source, where,
+                            f"task {task.name} takes only {cls.family} methods that use "
+                            f"{', '.join(sorted(demanded))}; allowed: {', '.join(fitting)}")
         unmet = sorted(cls.requirements(params) - task.provides)
         if unmet:
             shown = ", ".join(f"{k}={params[k]!r}" for k in [*fixed, *categorical])
@@ -374,3 +404,7 @@ def _check_requirements(source, task, where, cls, fixed, space) -> None:
                 f"{cls.key()} (with {shown}) needs {', '.join(unmet)}, which task "
                 f"{task.name} does not provide (it provides: {', '.join(sorted(task.provides))})",
             )
+
+
+def _default_requirements(cls) -> frozenset[str]:
+    return cls.requirements(cls.resolve({}))

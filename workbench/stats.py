@@ -1,13 +1,27 @@
-"""Statistics over seeds: mean, median, interquartile mean (IQM) and bootstrap intervals.
+"""Statistics over seeds, runs and trials, following rliable (Agarwal et al., "Deep RL at the
+edge of the statistical precipice", NeurIPS 2021) where it has a definition.
 
-IQM: the mean of the middle 50% of values (``scipy.stats.trim_mean(x, 0.25)``), as in
-Agarwal et al., "Deep RL at the edge of the statistical precipice" (NeurIPS 2021, rliable).
+- ``aggregate``: mean, median or interquartile mean (IQM: the mean of the middle 50%,
+  ``scipy.stats.trim_mean(x, 0.25)``).
+- ``bootstrap_ci``: percentile bootstrap interval of an aggregate; with ``strata`` (one label
+  per value, e.g. the task) values are resampled within each stratum (stratified bootstrap).
+- ``performance_profile``: the fraction of runs at least as good as each threshold tau.
+- ``probability_of_improvement``: P(X > Y) for a random run of each method, the Mann-Whitney
+  U statistic over n*m (ties count one half), averaged over tasks.
+- ``expected_best_of_k``: the expected best objective after k trials drawn without
+  replacement from a study's n trials (Dodge et al., "Show your work", EMNLP 2019):
+  E[max of k] = sum_i v_(i) * [C(i-1, k-1) / C(n, k)] with v_(1) <= ... <= v_(n).
+- ``steps_to_target``: the first step at which a curve reaches a target, and how many runs
+  never did.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 AGGREGATES = ("mean", "iqm", "median")
 
@@ -25,20 +39,79 @@ def aggregate(values, how: str) -> float:
     raise ValueError(f"unknown aggregate {how!r}; allowed: {', '.join(AGGREGATES)}")
 
 
+def _aggregate_rows(samples: np.ndarray, how: str) -> np.ndarray:
+    if how == "mean":
+        return samples.mean(axis=1)
+    if how == "median":
+        return np.median(samples, axis=1)
+    return stats.trim_mean(samples, 0.25, axis=1)
+
+
 def bootstrap_ci(values, how: str = "mean", confidence: float = 0.95, resamples: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``aggregate(values, how)``; (nan, nan) below 2 values."""
+                 seed: int = 0, strata: Sequence | None = None) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``aggregate(values, how)``; (nan, nan) below 2 values
+    or with non-finite values."""
     x = np.asarray(values, dtype=float)
     if x.size < 2 or not np.all(np.isfinite(x)):
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    samples = x[rng.integers(0, x.size, size=(resamples, x.size))]
-    if how == "mean":
-        stat = samples.mean(axis=1)
-    elif how == "median":
-        stat = np.median(samples, axis=1)
+    if strata is None:
+        samples = x[rng.integers(0, x.size, size=(resamples, x.size))]
     else:
-        stat = stats.trim_mean(samples, 0.25, axis=1)
+        labels = np.asarray(strata)
+        parts = []
+        for label in dict.fromkeys(labels.tolist()):
+            group = x[labels == label]
+            parts.append(group[rng.integers(0, group.size, size=(resamples, group.size))])
+        samples = np.concatenate(parts, axis=1)
+    stat = _aggregate_rows(samples, how)
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(stat, [alpha, 1.0 - alpha])
     return float(low), float(high)
+
+
+def performance_profile(values, taus, direction: str = "maximize") -> np.ndarray:
+    """Fraction of ``values`` at least as good as each tau (>= tau when maximizing, <= tau
+    when minimizing)."""
+    x = np.asarray(values, dtype=float)[:, None]
+    t = np.asarray(taus, dtype=float)[None, :]
+    better = x >= t if direction == "maximize" else x <= t
+    return better.mean(axis=0)
+
+
+def probability_of_improvement(x_by_task: Sequence[Sequence[float]],
+                               y_by_task: Sequence[Sequence[float]],
+                               direction: str = "maximize") -> float:
+    """P(a run of X beats a run of Y), the Mann-Whitney U / (n m) per task, averaged."""
+    scores = []
+    for x, y in zip(x_by_task, y_by_task, strict=True):
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        if x.size == 0 or y.size == 0:
+            continue
+        if direction == "minimize":
+            x, y = -x, -y
+        wins = (x[:, None] > y[None, :]).sum() + 0.5 * (x[:, None] == y[None, :]).sum()
+        scores.append(wins / (x.size * y.size))
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+def expected_best_of_k(values, direction: str = "maximize") -> np.ndarray:
+    """E[best of k trials] for k = 1..n, drawing k of the n values without replacement."""
+    v = np.sort(np.asarray(values, dtype=float))
+    if direction == "minimize":
+        v = -v[::-1]
+    n = v.size
+    out = np.empty(n)
+    for k in range(1, n + 1):
+        # P(the i-th smallest is the max of k) = C(i-1, k-1) / C(n, k), i = 1..n
+        weights = special.comb(np.arange(n), k - 1) / special.comb(n, k)
+        out[k - 1] = float(np.dot(weights, v))
+    return -out if direction == "minimize" else out
+
+
+def steps_to_target(steps, values, target: float, direction: str = "maximize") -> float:
+    """The first step whose value reaches ``target``; NaN when it never does."""
+    v = np.asarray(values, dtype=float)
+    hit = v >= target if direction == "maximize" else v <= target
+    idx = np.flatnonzero(hit)
+    return float(np.asarray(steps)[idx[0]]) if idx.size else math.nan

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from workbench.tasks.base import Budget, Task, TaskParams
+from workbench.tasks.least_squares import LeastSquares
 from workbench.tasks.logreg import LogReg
+from workbench.tasks.mlp import MLP
 from workbench.tasks.quadratic import Quadratic
+from workbench.tasks.simplex import Simplex
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (LogReg, Quadratic)}
+TASKS: dict[str, type[Task]] = {
+    cls.name: cls for cls in (LogReg, Quadratic, LeastSquares, Simplex, MLP)
+}
 
 
 def get_task(name: str) -> type[Task]:

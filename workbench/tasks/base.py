@@ -40,6 +40,9 @@ class Task:
     slots: ClassVar[tuple[str, ...]]
     default_methods: ClassVar[dict[str, str]] = {}  # slot -> method used when a spec names none
     provides: ClassVar[frozenset[str]] = frozenset()
+    # slot -> what every method in it must use (e.g. a constrained task takes only step-size
+    # methods that use its linear minimisation oracle, so iterates stay feasible)
+    slot_requires: ClassVar[dict[str, frozenset[str]]] = {}
     Params: ClassVar[type[TaskParams]] = TaskParams
     metrics: ClassVar[dict[str, str]] = {}  # objective candidates: name -> natural direction
     default_objective: ClassVar[str] = "train/loss"
