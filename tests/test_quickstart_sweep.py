@@ -114,10 +114,13 @@ def test_status_and_report_read_the_store(quickstart):
     out = folder / "report"
     report = run_cli("report", spec, "--storage", f"sqlite:///{db}", "--out", out, cwd=folder)
     assert report.returncode == 0, report.stderr
-    table = (out / "results.csv").read_text().splitlines()
+    table = (out / "table_quickstart.csv").read_text().splitlines()
     assert table[0].startswith("method,") and len(table) == 4
-    assert (out / "learning_curves.png").stat().st_size > 10_000
-    markdown = (out / "results.md").read_text()
+    for figure in ("final", "profiles", "best_of_k", "curves_train-loss_step",
+                   "curves_train-loss_cost-grad_evals", "sensitivity_quickstart"):
+        assert (out / f"{figure}.png").stat().st_size > 10_000, figure
+        assert (out / f"{figure}.pdf").exists() and (out / f"{figure}.json").exists()
+    markdown = (out / "table_quickstart.md").read_text()
     for name in ("constant", "polyak", "armijo"):
         marked = registry.get("step_size", name).fidelity == "reconstructed"
         assert (f"| {name} † |" in markdown) == marked, name

@@ -153,7 +153,7 @@ def _plan_tags(sweep: Sweep, plan: StudyPlan) -> dict[str, str]:
     for m in plan.methods:
         tags[f"workbench.method.{m.slot}"] = m.cls.name
         tags[f"workbench.fidelity.{m.slot}"] = m.cls.fidelity
-    fidelities = {m.cls.fidelity for m in plan.methods}
+    fidelities = {m.cls.fidelity for m in plan.methods if not m.implicit}
     tags["workbench.fidelity"] = fidelities.pop() if len(fidelities) == 1 else "mixed"
     return tags
 

@@ -336,7 +336,7 @@ class Report:
                 ax.errorbar(centre, i, xerr=err, fmt="o", color=colour, capsize=3)
                 used += m.seeds["run_id"].tolist()
             ax.set_yticks(range(len(methods)),
-                          [f"{m.label}{' †' if m.fidelity == 'reconstructed' else ''} "
+                          [f"{m.label}{' †' if m.fidelity != 'reference-checked' else ''} "
                            f"(n={len(m.seeds)})" for m in methods])
             ax.set_xlabel(f"{d.sweep.metric} ({d.sweep.spec.objective.at}; "
                           f"{'lower' if d.sweep.direction == 'minimize' else 'higher'} "
@@ -531,7 +531,7 @@ class Report:
             def cell(column, text, i=i):
                 return bold(text) if best.get(column) == i else text
 
-            cells = [row["method"] + (dagger if row["fidelity"] == "reconstructed" else ""),
+            cells = [row["method"] + (dagger if row["fidelity"] != "reference-checked" else ""),
                      cell("iqm", _interval(row["iqm"], row["iqm_low"], row["iqm_high"])),
                      cell("mean", _interval(row["mean"], row["mean_low"], row["mean_high"])),
                      str(row["seeds"])]

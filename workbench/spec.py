@@ -263,10 +263,10 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                         f"task {task.name} has no metric {metric!r}; allowed: "
                         + ", ".join(task.metrics))
     direction = spec.objective.direction or task.metrics[metric]
-    for i, name in enumerate(spec.report.metrics or []):
-        if name not in task.metrics:
+    for i, curve in enumerate(spec.report.metrics or []):
+        if curve not in task.metrics:
             raise SpecError(source, f"report.metrics[{i}]", f"task {task.name} has no metric "
-                            f"{name!r}; allowed: " + ", ".join(task.metrics))
+                            f"{curve!r}; allowed: " + ", ".join(task.metrics))
 
     notes: list[str] = []
     per_slot: list[list[MethodChoice]] = []

@@ -1,0 +1,70 @@
+"""Each statistic against values computed independently."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from workbench import stats
+
+
+def test_iqm_of_a_known_array():
+    assert stats.aggregate(np.arange(1, 9), "iqm") == pytest.approx(4.5)  # mean of 3,4,5,6
+    x = np.array([100.0, -50.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert stats.aggregate(x, "iqm") == pytest.approx(np.mean([2.0, 3.0, 4.0, 5.0]))
+    assert stats.aggregate([3.0, 1.0, 2.0], "median") == 2.0
+    assert math.isnan(stats.aggregate([], "mean"))
+
+
+def test_bootstrap_interval_covers_the_true_mean_at_about_the_nominal_rate():
+    rng = np.random.default_rng(1)
+    hits, trials = 0, 400
+    for i in range(trials):
+        sample = rng.normal(2.0, 1.0, size=30)
+        low, high = stats.bootstrap_ci(sample, "mean", 0.95, resamples=1000, seed=i)
+        hits += low <= 2.0 <= high
+    assert 0.90 <= hits / trials <= 0.985
+
+
+def test_stratified_bootstrap_resamples_within_each_stratum():
+    values = [0.0] * 5 + [10.0] * 5
+    strata = ["a"] * 5 + ["b"] * 5
+    assert stats.bootstrap_ci(values, "mean", strata=strata) == (5.0, 5.0)
+    low, high = stats.bootstrap_ci(values, "mean")
+    assert low < 4 and high > 6
+
+
+def test_performance_profile_counts_runs_at_least_as_good():
+    values = [0.1, 0.5, 0.9]
+    assert stats.performance_profile(values, [0.0, 0.5, 1.0]).tolist() == [1.0, 2 / 3, 0.0]
+    assert stats.performance_profile(values, [0.0, 0.5, 1.0], "minimize").tolist() == [
+        0.0, 2 / 3, 1.0]
+
+
+def test_probability_of_improvement_is_mann_whitney_u_over_nm():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(1, 1, 12), rng.normal(0, 1, 9)
+    x[0] = y[0]  # a tie counts one half
+    u = sps.mannwhitneyu(x, y).statistic
+    assert stats.probability_of_improvement([x], [y]) == pytest.approx(u / (12 * 9))
+    assert stats.probability_of_improvement([x], [y], "minimize") == pytest.approx(
+        1 - u / (12 * 9))
+    assert stats.probability_of_improvement([x, [1.0]], [y, [0.0]]) == pytest.approx(
+        (u / 108 + 1.0) / 2)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_expected_best_of_k_matches_brute_force_enumeration(direction):
+    values = [0.3, 2.0, -1.0, 0.7, 5.0, 0.7]
+    pick = max if direction == "maximize" else min
+    expected = [np.mean([pick(c) for c in itertools.combinations(values, k)])
+                for k in range(1, len(values) + 1)]
+    assert stats.expected_best_of_k(values, direction) == pytest.approx(expected)
+
+
+def test_steps_to_target():
+    assert stats.steps_to_target([0, 1, 2, 3], [0.1, 0.5, 1.0, 1.0], 1.0) == 2.0
+    assert math.isnan(stats.steps_to_target([0, 1], [0.1, 0.5], 1.0))
+    assert stats.steps_to_target([0, 5, 10], [3.0, 1.0, 0.5], 1.0, "minimize") == 5.0
