@@ -102,11 +102,18 @@ def expected_best_of_k(values, direction: str = "maximize") -> np.ndarray:
         v = -v[::-1]
     n = v.size
     out = np.empty(n)
+    below = np.arange(n)  # i - 1 for i = 1..n
     for k in range(1, n + 1):
-        # P(the i-th smallest is the max of k) = C(i-1, k-1) / C(n, k), i = 1..n
-        weights = special.comb(np.arange(n), k - 1) / special.comb(n, k)
-        out[k - 1] = float(np.dot(weights, v))
+        # P(the i-th smallest is the max of k) = C(i-1, k-1) / C(n, k), in logs (large n)
+        valid = below >= k - 1
+        logw = (_log_comb(below[valid], k - 1) - _log_comb(n, k))
+        out[k - 1] = float(np.dot(np.exp(logw), v[valid]))
     return -out if direction == "minimize" else out
+
+
+def _log_comb(n, k):
+    return special.gammaln(np.asarray(n) + 1) - special.gammaln(k + 1) - special.gammaln(
+        np.asarray(n) - k + 1)
 
 
 def steps_to_target(steps, values, target: float, direction: str = "maximize") -> float:
