@@ -93,3 +93,24 @@ def test_report_of_a_missing_store_says_so(tmp_path, write_spec):
     bad.write_text(yaml.safe_dump({"name": "x", "sweeps": ["nope.yaml"]}))
     result = run_cli("report", bad, cwd=tmp_path)
     assert result.returncode == 2 and "sweeps[0]" in result.stderr
+
+
+def test_across_sweeps_scores_are_normalised_and_stratified(swept, tmp_path):
+    from workbench import report
+
+    folder, path = swept
+    other = yaml.safe_load(path.read_text())
+    other["name"] = "tiny3"
+    other_path = folder / "tiny3.yaml"
+    other_path.write_text(yaml.safe_dump(other))
+    engine.run_sweep(spec.load(other_path), device="cpu")
+    both = report.ReportSpec("both", [spec.load(path), spec.load(other_path)],
+                             spec.load(path).spec.report)
+    built = report.Report(both, tmp_path / "out")
+    pooled = built.across_tasks()
+    assert set(pooled) == {"constant", "polyak", "normalized_lr"}
+    for scores, strata in pooled.values():
+        assert len(scores) == 6 and sorted(set(strata)) == ["tiny", "tiny3"]
+        assert ((scores >= 0) & (scores <= 1)).all()
+    best = max(s.max() for s, _ in pooled.values())
+    assert best == 1.0

@@ -324,10 +324,33 @@ class Report:
         low, high = stats.bootstrap_ci(values, o.aggregate, o.confidence, o.resamples)
         return stats.aggregate(values, o.aggregate), low, high
 
+    def across_tasks(self) -> dict[str, tuple[np.ndarray, list[str]]]:
+        """Per method present in every sweep: its runs' scores normalised per sweep to [0, 1]
+        (1 = the best run of any method on that sweep, 0 = the worst) and the sweep of each,
+        the strata of the bootstrap."""
+        common = set.intersection(*({m.label for m in d.methods if not m.seeds.empty}
+                                    for d in self.data))
+        pooled: dict[str, tuple[list, list]] = {label: ([], []) for label in sorted(common)}
+        for d in self.data:
+            values = pd.concat([m.seeds["objective"] for m in d.methods if m.label in common])
+            low, high = float(values.min()), float(values.max())
+            span = (high - low) or 1.0
+            for m in d.methods:
+                if m.label in common:
+                    v = m.seeds["objective"].to_numpy(dtype=float)
+                    score = (v - low) / span if d.sweep.direction == "maximize" else \
+                        (high - v) / span
+                    pooled[m.label][0].extend(score)
+                    pooled[m.label][1].extend([d.sweep.name] * len(v))
+        return {k: (np.asarray(v), s) for k, (v, s) in pooled.items()}
+
     def final(self) -> None:
-        fig, axes = self._axes(len(self.data), width=5.5)
+        several = len(self.data) > 1
+        fig, axes = self._axes(len(self.data) + several, width=5.5)
         used = []
-        for ax, d in zip(axes, self.data, strict=True):
+        if several:
+            self._final_across(axes[-1])
+        for ax, d in zip(axes, self.data, strict=False):
             methods = [m for m in d.methods if not m.seeds.empty]
             for i, m in enumerate(methods):
                 centre, low, high = self._summary(m.seeds["objective"])
@@ -349,6 +372,21 @@ class Report:
                      f"trial, {self.options.confidence:.0%} bootstrap CI", fontsize=10)
         fig.tight_layout()
         self._save(fig, "final", used, self.data)
+
+    def _final_across(self, ax) -> None:
+        o = self.options
+        pooled = self.across_tasks()
+        for i, (label, (scores, strata)) in enumerate(pooled.items()):
+            centre = stats.aggregate(scores, o.aggregate)
+            low, high = stats.bootstrap_ci(scores, o.aggregate, o.confidence, o.resamples,
+                                           strata=strata)
+            colour, _ = self.style[label]
+            err = None if math.isnan(low) else [[centre - low], [high - centre]]
+            ax.errorbar(centre, i, xerr=err, fmt="o", color=colour, capsize=3)
+        ax.set_yticks(range(len(pooled)), [f"{k} (n={len(v[0])})" for k, v in pooled.items()])
+        ax.set_xlabel("normalised score per sweep (1 = best run, 0 = worst; higher is better)")
+        ax.set_title(f"all {len(self.data)} sweeps: stratified bootstrap", fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
 
     def profiles(self) -> None:
         fig, axes = self._axes(len(self.data), width=5.5)
