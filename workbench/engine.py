@@ -10,9 +10,11 @@ same for every trial) and returns the objective aggregated over seeds.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
+import platform
 import signal
 import threading
 import time
@@ -125,10 +127,10 @@ class Heartbeat:
 
 def setup(sweep: Sweep, store: Store) -> None:
     """Create the store, the experiment, every study and its parent run (idempotent)."""
-    store.prepare()
-    storage = store.optuna_storage()
-    client = store.mlflow_client()
-    with store.lock(f"setup:{sweep.name}"):
+    with store.lock(f"setup:{sweep.name}"):  # several processes may create the store at once
+        store.prepare()
+        storage = store.optuna_storage()
+        client = store.mlflow_client()
         experiment_id = tracking.ensure_experiment(client, sweep.name, store.artifact_root)
         for plan in sweep.studies:
             study = optuna.create_study(study_name=plan.name, storage=storage,
@@ -202,8 +204,11 @@ class Worker:
         with self.store.lock(plan.name), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # heartbeats with ask/tell are what we want here
             optuna.storages.fail_stale_trials(study)
+            self._fail_dead_local_trials(study.get_trials(deepcopy=False))
             trials = study.get_trials(deepcopy=False)
             self._close_orphans(study, trials)
+            self._retry_crashed(study, trials)
+            trials = study.get_trials(deepcopy=False)
             active = sum(t.state in FINISHED + (TrialState.RUNNING,) for t in trials)
             raised = sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs
                          for t in trials)
@@ -212,12 +217,39 @@ class Worker:
             study.sampler = make_sampler(self.sweep, plan, len(trials))
             trial = study.ask()
             self.storage.record_heartbeat(trial._trial_id)
+            trial.set_user_attr("worker", {"host": platform.node(), "pid": os.getpid()})
             return trial
+
+    def _fail_dead_local_trials(self, trials) -> None:
+        """A RUNNING trial whose worker ran on this host and is gone (SIGKILL, OOM) is failed
+        at once; trials of other hosts are failed when their heartbeat goes stale."""
+        for t in trials:
+            owner = t.user_attrs.get("worker")
+            if t.state != TrialState.RUNNING or not owner or owner["host"] != platform.node():
+                continue
+            if not _alive(owner["pid"]):
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def _retry_crashed(self, study, trials) -> None:
+        """Queue the parameters of a trial whose worker died (not one whose method raised)
+        again, once, when the spec says so (``retry_crashed``)."""
+        if not self.sweep.spec.retry_crashed:
+            return
+        marks = study.user_attrs
+        for t in trials:
+            if (t.state == TrialState.FAIL and "fail_reason" not in t.user_attrs
+                    and f"retried.{t.number}" not in marks and t.params):
+                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number},
+                                    skip_if_exists=False)
+                study.set_user_attr(f"retried.{t.number}", True)
 
     def _close_orphans(self, study, trials) -> None:
         """Mark FAILED the MLflow runs of trials that died without closing them (killed)."""
+        marks = study.user_attrs  # finished trials cannot take attributes: the study keeps them
         for t in trials:
-            if t.state == TrialState.FAIL and not t.user_attrs.get("closed", False):
+            if (t.state == TrialState.FAIL and not t.user_attrs.get("closed", False)
+                    and f"closed.{t.number}" not in marks):
                 run_id = t.user_attrs.get("mlflow_run_id")
                 if run_id:
                     for child in self.client.search_runs(
@@ -228,7 +260,7 @@ class Worker:
                                             tags={"workbench.fail_reason": "worker died"})
                     tracking.finish_run(self.client, run_id, "fail",
                                         tags={"workbench.fail_reason": "worker died"})
-                self.storage.set_trial_user_attr(t._trial_id, "closed", True)
+                study.set_user_attr(f"closed.{t.number}", True)
 
     def _close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
         trials = study.get_trials(deepcopy=False)
@@ -336,7 +368,13 @@ class Worker:
             self.sink.log(seed_run, step, dict(metrics))
             if sweep.metric not in metrics:  # e.g. validation metrics every few steps
                 return
-            objective.add(metrics[sweep.metric])
+            value = float(metrics[sweep.metric])
+            objective.add(value)
+            bound = spec.objective.diverge_past
+            if bound is not None and (value > bound if sweep.direction == "minimize"
+                                      else value < bound):
+                raise StopRun("diverged", f"{sweep.metric}={value:.4g} past the bound "
+                                          f"{bound:g} at seed {seed}, step {step}")
             if step in marks and math.isfinite(objective.value()):
                 trial.report(objective.value(), k * points + marks[step])
                 if trial.should_prune():
@@ -367,6 +405,16 @@ class Worker:
         tracking.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
                             name=f"{name} | {_short(sweep.metric)}={value:.4g}")
         return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _short(metric: str) -> str:

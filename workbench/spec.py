@@ -71,6 +71,9 @@ class ObjectiveSpec(Strict):
     direction: Literal["minimize", "maximize"] | None = None
     aggregate: Literal["mean", "iqm", "median"] = "mean"
     at: Literal["final", "best", "auc"] = "final"
+    diverge_past: float | None = Field(
+        None, description="a run whose metric goes past this (above when minimizing, below "
+                          "when maximizing) ends early; its trial is pruned as diverged")
 
 
 class TargetSpec(Strict):
@@ -99,6 +102,8 @@ class SweepSpec(Strict):
     trials: int = Field(10, ge=1, le=1_000_000)
     max_failed_trials: int = Field(3, ge=1, le=1_000_000,
                                    description="a study whose method raised this often stops")
+    retry_crashed: bool = Field(True, description="rerun, with the same parameters, a trial "
+                                                  "whose worker died (killed, out of memory)")
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
     objective: ObjectiveSpec = ObjectiveSpec()

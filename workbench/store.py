@@ -103,6 +103,7 @@ class Store:
         PostgreSQL advisory lock otherwise."""
         if self.is_sqlite:
             path = self.sqlite_paths()[0].with_suffix(".lock")
+            path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a+") as handle:
                 fcntl.flock(handle, fcntl.LOCK_EX)
                 try:

@@ -1,0 +1,152 @@
+"""The MLflow UI of a real small sweep, rendered in headless chromium (Debian's package).
+
+`bash scripts/setup_browser.sh` installs the browser; without /usr/bin/chromium the test skips.
+Each render gets a fresh profile, so the page shows what a first-time user sees.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, tiny_spec
+
+CHROMIUM = Path("/usr/bin/chromium")
+METHODS = ("constant", "polyak")
+SEEDS = (0, 1)
+TRIALS = 2
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at "
+                       "/usr/bin/chromium; `bash scripts/setup_browser.sh` installs it"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM the process group (mlflow ui starts job consumers in it); SIGKILL stragglers."""
+    deadline = time.time() + grace
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        while time.time() < deadline:
+            os.killpg(proc.pid, 0)  # ProcessLookupError once every member has exited
+            proc.poll()  # reap the leader, which would otherwise linger as a zombie
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+def _chromium(tmp_path: Path, profile: str, url: str, *extra: str, budget_ms: int) -> str:
+    """Load URL in headless chromium with `budget_ms` of virtual time; return its stdout."""
+    command = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars",
+               f"--user-data-dir={tmp_path / profile}", "--window-size=1600,1000",
+               f"--virtual-time-budget={budget_ms}", *extra, url]
+    with open(tmp_path / "chromium.log", "a") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
+                                start_new_session=True)
+        try:
+            return proc.communicate(timeout=60)[0]
+        finally:
+            _kill_group(proc)
+
+
+def _visible_text(dom: str) -> str:
+    dom = re.sub(r"<(script|style)\b[^>]*>.*?</\1>", " ", dom, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
+
+
+def _render_text(tmp_path: Path, profile: str, url: str, ready: re.Pattern) -> str:
+    """The page's text once `ready` shows up in it, trying longer virtual-time budgets."""
+    text = ""
+    for attempt, budget_ms in enumerate((15_000, 30_000, 60_000)):
+        text = _visible_text(_chromium(tmp_path, f"{profile}{attempt}", url, "--dump-dom",
+                                       budget_ms=budget_ms))
+        if ready.search(text):
+            break
+    return text
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def _experiment_id(base: str, name: str) -> str:
+    """Poll the UI's REST API until it answers; the experiment's id."""
+    query = urllib.parse.urlencode({"experiment_name": name})
+    deadline = time.time() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}",
+                                        timeout=5) as response:
+                return json.load(response)["experiment"]["experiment_id"]
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec, tmp_path):
+    spec = write_spec(tiny_spec(methods={"step_size": list(METHODS)}, trials=TRIALS,
+                                seeds=len(SEEDS), storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    sweep = run_cli("sweep", spec, "--quiet", cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
+    port = _free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "workbench", "ui", str(spec), "--port",
+                           str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        experiment = _experiment_id(base, "tiny")
+
+        # Default view: one row per study, named after its method; trials and seeds nest below.
+        default = _render_text(tmp_path, "default", f"{base}/#/experiments/{experiment}/runs",
+                               re.compile(r"matching runs"))
+        assert "tiny" in default, default[-2000:]
+        for method in METHODS:
+            assert re.search(rf"\b{method}\b", default), default[-2000:]
+
+        # Sorted by the objective, MLflow lists every run flat: each seed run's name shows the
+        # method, trial, seed and objective without opening the run.
+        flat = (f"{base}/#/experiments/{experiment}/runs?"
+                + urllib.parse.urlencode({"orderByKey": "metrics.`objective`",
+                                          "orderByAsc": "true"}))
+        seed_run = re.compile(r"\b(\w+) t(\d+) s(\d+) \| loss=[-+0-9.e]+")
+        text = _render_text(tmp_path, "flat", flat, seed_run)
+        assert "tiny" in text, text[-2000:]
+        shown = {(m, int(t), int(s)) for m, t, s in seed_run.findall(text)}
+        assert shown == {(m, t, s) for m in METHODS for t in range(TRIALS) for s in SEEDS}, \
+            text[-2000:]
+        for method in METHODS:  # the trial runs carry their aggregated objective too
+            assert re.search(rf"\b{method} t\d+ \| loss=", text), text[-2000:]
+
+        shot = tmp_path / "runs.png"
+        _chromium(tmp_path, "shot", flat, f"--screenshot={shot}", budget_ms=30_000)
+        assert shot.stat().st_size > 20_000
+        assert _png_size(shot) == (1600, 1000)
+    finally:
+        _kill_group(ui)
