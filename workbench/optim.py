@@ -18,6 +18,21 @@ class FlatOptimizer(torch.optim.Optimizer):
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
 
+    def step(self, closure):
+        """One loss-and-gradient evaluation, then ``_update()`` outside autograd. Schemes that
+        re-evaluate the loss (line searches) override ``step`` itself."""
+        loss = closure()
+        with torch.no_grad():
+            self._update()
+        return loss
+
+    def _update(self) -> None:
+        raise NotImplementedError
+
+    def _live_grads(self) -> list[torch.Tensor]:
+        """The current gradients (zeros where a parameter has none), not copied."""
+        return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params()]
+
     def _grads(self) -> list[torch.Tensor]:
         return [
             p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)

@@ -47,16 +47,10 @@ class DAdaptSGDOptimizer(FlatOptimizer):
         }
         super().__init__(params, defaults)
 
-    def step(self, closure):
-        loss = closure()
-        with torch.no_grad():
-            self._update()
-        return loss
-
     def _update(self) -> None:
         group = self.param_groups[0]
         params = self._params()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        grads = self._live_grads()
         if group["step"] == 0:
             group["g0_norm"] = math.sqrt(self._norm_sq(grads))
         if group["g0_norm"] == 0:

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
 from workbench.optim import FlatOptimizer
@@ -38,16 +36,10 @@ class DoGOptimizer(FlatOptimizer):
         }
         super().__init__(params, defaults)
 
-    def step(self, closure):
-        loss = closure()
-        with torch.no_grad():
-            self._update()
-        return loss
-
     def _update(self) -> None:
         group = self.param_groups[0]
         params = self._params()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        grads = self._live_grads()
         first = group["step"] == 0
         if first:
             for p in params:

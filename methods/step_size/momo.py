@@ -63,7 +63,7 @@ class MomoOptimizer(FlatOptimizer):
         group = self.param_groups[0]
         beta, corrected = group["beta"], group["bias_correction"]
         params = self._params()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        grads = self._live_grads()
         grad_dot_x = float(sum(torch.sum(g * p) for g, p in zip(grads, params, strict=True)))
         group["k"] += 1
         if group["k"] == 1:

@@ -55,12 +55,6 @@ class ProdigyOptimizer(FlatOptimizer):
         }
         super().__init__(params, defaults)
 
-    def step(self, closure):
-        loss = closure()
-        with torch.no_grad():
-            self._update()
-        return loss
-
     def _update(self) -> None:
         group = self.param_groups[0]
         beta1, beta2, beta3 = group["beta1"], group["beta2"], group["beta3"]
@@ -73,7 +67,7 @@ class ProdigyOptimizer(FlatOptimizer):
         numerator = beta3 * group["numerator"]
         s_l1 = 0.0
         params = self._params()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        grads = self._live_grads()
         for p, g in zip(params, grads, strict=True):
             state = self.state[p]
             if "s" not in state:
