@@ -53,6 +53,12 @@ class FlatOptimizer(torch.optim.Optimizer):
         return [p.detach().clone() for p in self._params()]
 
     @torch.no_grad()
+    def _descend(self, direction: list[torch.Tensor], lr: float) -> None:
+        """x <- x - lr * direction."""
+        for p, d in zip(self._params(), direction, strict=True):
+            p.add_(d, alpha=-lr)
+
+    @torch.no_grad()
     def _step_from(self, origin: list[torch.Tensor], direction: list[torch.Tensor], lr: float):
         """Set the parameters to ``origin - lr * direction``."""
         for p, x, d in zip(self._params(), origin, direction, strict=True):

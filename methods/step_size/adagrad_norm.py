@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
 from workbench.optim import FlatOptimizer
@@ -38,9 +36,7 @@ class AdaGradNormOptimizer(FlatOptimizer):
         grads = self._grads()
         group["b_sq"] += self._norm_sq(grads)
         step_size = group["eta"] / math.sqrt(group["b_sq"])
-        with torch.no_grad():
-            for p, g in zip(self._params(), grads, strict=True):
-                p.add_(g, alpha=-step_size)
+        self._descend(grads, step_size)
         self.last_step_size = step_size
         return loss
 

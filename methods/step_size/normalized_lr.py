@@ -19,8 +19,6 @@ itself and refuses tasks whose lower bound is negative. ``epsilon`` keeps the di
 
 from __future__ import annotations
 
-import torch
-
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Choice, Float
 from workbench.optim import FlatOptimizer
@@ -37,9 +35,7 @@ class NormalizedLRGD(FlatOptimizer):
         divisor = max(float(loss) - group["offset"], group["epsilon"])
         step_size = group["gamma"] / divisor
         grads = self._grads()
-        with torch.no_grad():
-            for p, g in zip(self._params(), grads, strict=True):
-                p.add_(g, alpha=-step_size)
+        self._descend(grads, step_size)
         self.last_step_size = step_size
         return loss
 

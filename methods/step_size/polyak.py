@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Choice, Float
 from workbench.optim import FlatOptimizer
@@ -83,9 +81,7 @@ class SPSMax(FlatOptimizer):
             gamma = min(gap / (group["c"] * grad_sq + group["eps"]), group["gamma_max"])
             if group["adapt"] == "smooth_iter":
                 gamma = min(gamma, group["growth"] ** (1.0 / group["batches"]) * group["gamma"])
-            with torch.no_grad():
-                for p, g in zip(self._params(), grads, strict=True):
-                    p.add_(g, alpha=-gamma)
+            self._descend(grads, gamma)
         group["gamma"] = gamma
         self.last_step_size = gamma
         return loss
