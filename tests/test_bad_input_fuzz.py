@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, files_under, run_cli, tiny_spec
@@ -167,6 +167,7 @@ def test_a_mutated_spec_is_accepted_or_rejected_clearly_and_nothing_is_written(s
         write_yaml("spec.yaml", spec)
         before = files_under(here)
         code, out, err = call(["status", "spec.yaml"], capsys)
+        event(f"status exit {code}: {err.split(': ')[2] if code == 2 else 'accepted'}")
         assert code in (0, 2), (code, err)
         assert files_under(here) == before  # status never creates the store
         if code == 0:
@@ -206,6 +207,7 @@ def test_a_random_document_is_rejected_clearly_and_nothing_is_written(document, 
         Path("spec.yaml").write_bytes(document)
         before = files_under(here)
         code, _, err = call(["sweep", "spec.yaml", "--quiet"], capsys)
+        event(err.split(": ")[2].split(":")[0].strip()[:30] if code == 2 else f"exit {code}")
         assert_clear_rejection(code, err)
         assert err.startswith("error: spec.yaml: "), err
         assert files_under(here) == before
@@ -310,6 +312,7 @@ def test_random_arguments_are_accepted_or_rejected_clearly_and_nothing_is_writte
             code, out, err = call(argv, capsys)
         except WouldRun:  # a valid sweep: everything before the engine must have written nothing
             code, out, err = 0, "", capsys.readouterr().err
+        event(f"{argv[0]} exit {code}")
         assert files_under(here) == before
         assert "Traceback" not in err
         if argv[0] == "report" and code == 1:

@@ -44,7 +44,8 @@ class StepSizeMethod(Method):
 class BatchSizeMethod(Method):
     """Chooses the batch size of every step.
 
-    ``start(info)`` returns the first batch size; ``info`` holds the task's ``batch_size`` (its
+    ``start(info)`` resets all state (an instance may serve several runs) and returns the
+    first batch size; ``info`` holds the task's ``batch_size`` (its
     base size; None means the full batch) and ``n_samples``. After each step,
     ``next_batch_size(step, stats)`` returns the next one from the step's statistics: ``loss``,
     ``grad_sq`` (squared norm of the batch gradient), ``batch_size``, ``samples`` (seen so

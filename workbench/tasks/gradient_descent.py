@@ -134,6 +134,7 @@ def train(
     if batch_method is not None:
         size = batch_method.start({**problem.info, "batch_size": batch_size,
                                    "n_samples": problem.n_samples})
+        size = max(1, min(int(size), problem.n_samples))
     step_stats: dict[str, float] = {}
 
     def closure(backward: bool = True) -> torch.Tensor:
