@@ -54,6 +54,8 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
                             start_new_session=True)
     try:
         assert f"http://127.0.0.1:{port}" in proc.stdout.readline()
+        flat = proc.stdout.readline()
+        assert "every run of tiny, best first" in flat and "orderByKey=metrics" in flat
         deadline, body = time.time() + 90, ""
         while time.time() < deadline:
             try:
@@ -66,8 +68,6 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
                 time.sleep(1)
         assert '"name": "tiny"' in body or '"name":"tiny"' in body
     finally:
-        import os
-        import signal
+        from tests.test_ui_browser import _kill_group
 
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        _kill_group(proc)

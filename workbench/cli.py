@@ -190,14 +190,24 @@ def cmd_ui(args) -> int:
     from workbench import spec
     from workbench.store import Store
 
-    url = args.storage or (spec.load(args.spec).storage if args.spec else spec.default_storage())
+    sweep = spec.load(args.spec, storage=args.storage) if args.spec else None
+    url = sweep.storage if sweep else (args.storage or spec.default_storage())
     url = spec.normalise_storage(url, "--storage", "")
     store = Store.from_url(url)
     if not store.exists():
         raise spec.SpecError("--storage", "", f"no store at {url}; run `workbench sweep` first")
     mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
-    print(f"MLflow UI on {store.mlflow_url}: http://127.0.0.1:{args.port}  (Ctrl-C stops it)",
-          flush=True)
+    base = f"http://127.0.0.1:{args.port}"
+    print(f"MLflow UI on {store.mlflow_url}: {base}  (Ctrl-C stops it)", flush=True)
+    if sweep is not None:
+        from workbench import results
+
+        experiment = results.experiment_id(store, sweep.name)
+        if experiment is not None:  # flat (not nested under studies), best objective first
+            ascending = "true" if sweep.direction == "minimize" else "false"
+            print(f"every run of {sweep.name}, best first: {base}/#/experiments/{experiment}"
+                  f"/runs?orderByKey=metrics.%60objective%60&orderByAsc={ascending}",
+                  flush=True)
     command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", "127.0.0.1",
                "--port", str(args.port), "--workers", "1"]
     try:

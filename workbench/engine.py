@@ -269,10 +269,11 @@ class Worker:
         run_id = study.user_attrs["mlflow_run_id"]
         if self.client.get_run(run_id).info.status != "FINISHED":
             complete = [t for t in trials if t.state == TrialState.COMPLETE]
-            metrics = {}
+            metrics, name = {}, plan.label
             if complete:
-                metrics["best_objective"] = study.best_value
-            tracking.finish_run(self.client, run_id, "complete", metrics=metrics)
+                metrics["objective"] = study.best_value
+                name = f"{plan.label} | best {_short(self.sweep.metric)}={study.best_value:.4g}"
+            tracking.finish_run(self.client, run_id, "complete", metrics=metrics, name=name)
 
     # ------------------------------------------------------------------------------ trials
 
