@@ -56,6 +56,9 @@ def cmd_methods(args) -> int:
                      "reference": str(cls.reference),
                      "hyperparameters": "; ".join(f"{k}={describe(hp)}"
                                                   for k, hp in cls.hyperparameters.items())})
+    if not rows:
+        print(f"no {args.family} methods are registered yet")
+        return 0
     print(_table(rows, ["name", "family", "fidelity", "reference", "hyperparameters"]))
     return 0
 
@@ -78,6 +81,7 @@ def cmd_sweep(args) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     engine.resolve_device(args.device or sweep.spec.device)
+    _reachable(sweep.storage)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
     engine.terminate_gracefully()
@@ -96,6 +100,7 @@ def cmd_status(args) -> int:
 
     sweep = spec.load(args.spec, storage=args.storage)
     store = Store.from_url(sweep.storage)
+    _reachable(sweep.storage)
     if not store.exists():
         print(f"no store at {sweep.storage} yet: no trial has run", file=sys.stderr)
         statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {})
@@ -104,6 +109,16 @@ def cmd_status(args) -> int:
         statuses = engine.study_status(sweep, store.optuna_storage())
     _print_status(sweep, statuses)
     return 0
+
+
+def _reachable(url: str) -> None:
+    """A store on a server must answer before anything is written (exit 2 otherwise)."""
+    from workbench.store import Store, StoreUnreachable
+
+    try:
+        Store.from_url(url).check()
+    except StoreUnreachable as err:
+        raise UsageError(str(err)) from None
 
 
 def _print_status(sweep, statuses) -> None:
@@ -125,8 +140,8 @@ def _print_status(sweep, statuses) -> None:
 def _parse_value(text: str):
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    except (yaml.YAMLError, ValueError, TypeError, LookupError, AttributeError, OverflowError):
+        return text  # not a YAML scalar: keep the string (and let validation say why)
 
 
 def cmd_run(args) -> int:
@@ -148,7 +163,10 @@ def cmd_run(args) -> int:
         key, value = item.split("=", 1)
         is_method = key in task.slots and value in registry.available(key)
         if key in task.slots and (is_method or key not in task.Params.model_fields):
-            chosen[key] = value  # a slot; `batch_size=64` names the task's parameter
+            if key in chosen:  # a slot; `batch_size=64` names the task's parameter
+                raise spec.SpecError(source, key, f"two methods for one slot: {chosen[key]} "
+                                                  f"and {value}")
+            chosen[key] = value
         elif "." in key and key.split(".", 1)[0] in task.slots:
             slot, name = key.split(".", 1)
             method_values.setdefault(slot, {})[name] = _parse_value(value)
@@ -158,6 +176,8 @@ def cmd_run(args) -> int:
     if missing:
         raise spec.SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "
                              + ", ".join(registry.available(missing[0])))
+    if not 0 <= args.seed <= spec.MAX_SEED:
+        raise spec.SpecError(source, "--seed", f"allowed: an integer in [0, {spec.MAX_SEED}]")
     steps = args.steps if args.steps is not None else 100
     document = {"task": {"name": args.task, "params": task_values},
                 "methods": {slot: [{"name": name, "fixed": method_values.get(slot, {})}]

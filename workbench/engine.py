@@ -15,6 +15,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import signal
 import threading
 import time
@@ -51,11 +52,18 @@ def resolve_device(name: str | None) -> torch.device:
     """``auto`` (or None): CUDA when available, else the CPU."""
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SpecError("--device", "", "cuda was asked for but torch.cuda.is_available() is "
-                        "false; allowed here: auto, cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise SpecError("--device", "", f"unknown device {name!r}; allowed: auto, cpu, cuda")
+    match = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if name != "cpu" and match is None:
+        raise SpecError("--device", "", f"unknown device {name!r}; allowed: auto, cpu, cuda, "
+                        "cuda:N")
+    if match is not None:
+        if not torch.cuda.is_available():
+            raise SpecError("--device", "", f"{name} was asked for but "
+                            "torch.cuda.is_available() is false; allowed here: auto, cpu")
+        index = int(match.group(1) or 0)
+        if index >= torch.cuda.device_count():
+            raise SpecError("--device", "", f"{name}: this machine has "
+                            f"{torch.cuda.device_count()} CUDA device(s)")
     return torch.device(name)
 
 

@@ -35,7 +35,10 @@ class Float:
     def validate(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise HyperparameterError(f"expected a number, got {value!r}")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise HyperparameterError("a number too large for a float") from None
         if not (self.minimum <= value <= self.maximum) or math.isnan(value):
             raise HyperparameterError(f"{value!r} is outside [{self.minimum}, {self.maximum}]")
         return value
@@ -81,7 +84,8 @@ class Int:
     kind = "int"
 
     def validate(self, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
             raise HyperparameterError(f"expected an integer, got {value!r}")
         value = int(value)
         if not (self.minimum <= value <= self.maximum):
@@ -102,6 +106,8 @@ class Int:
         low, high = self.validate(low), self.validate(high)
         if low >= high:
             raise HyperparameterError(f"low ({low}) must be below high ({high})")
+        if log and low < 1:
+            raise HyperparameterError(f"a log range of integers needs low >= 1, got {low}")
         return od.IntDistribution(low, high, log=log)
 
     def grid(self, dist, points: int) -> list:

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import optuna.distributions as od  # noqa: E402
 import pandas as pd  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
+from pydantic import Field, ValidationError  # noqa: E402
 
 from workbench import results, stats  # noqa: E402
 from workbench.spec import ReportOptions, Sweep, load  # noqa: E402
@@ -60,8 +60,8 @@ class ReportError(RuntimeError):
 class ReportFile(Strict):
     """A report spec in ``reports/``: several sweeps drawn together."""
 
-    name: str
-    sweeps: list[str]
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    sweeps: list[str] = Field(min_length=1)
     report: ReportOptions = ReportOptions()
 
 

@@ -94,7 +94,7 @@ class ReportOptions(Strict):
 
 
 class SweepSpec(Strict):
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     description: str = ""
     task: TaskSpec
     methods: dict[str, Literal["all"] | list[str | MethodEntry]]
@@ -125,6 +125,8 @@ class SweepSpec(Strict):
         if isinstance(value, list):
             if not value:
                 raise ValueError("the seed list must not be empty")
+            if max(value) > MAX_SEED:
+                raise ValueError(f"seeds must be at most {MAX_SEED}")
             if len(set(value)) != len(value):
                 raise ValueError("seeds must be distinct")
             if min(value) < 0:
@@ -204,6 +206,9 @@ class Sweep:
     notes: list[str] = field(default_factory=list)
 
 
+MAX_SEED = 2**31 - 1
+
+
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
@@ -214,6 +219,9 @@ def read_yaml(path: str | Path) -> Any:
         raise SpecError(str(path), "", f"not valid YAML: {err}") from None
     except UnicodeDecodeError:
         raise SpecError(str(path), "", "not a UTF-8 text file") from None
+    except (ValueError, TypeError, LookupError, AttributeError, OverflowError) as err:
+        # PyYAML raises these for values it cannot build (!!int x, a date 2020-13-45)
+        raise SpecError(str(path), "", f"a value YAML cannot build: {err}") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "the top level must be a mapping of keys to values")
     return data
@@ -229,7 +237,10 @@ def normalise_storage(url: str, source: str, path: str) -> str:
         rest = url.removeprefix("sqlite:///")
         if not rest or rest == ":memory:":
             raise SpecError(source, path, "an in-memory SQLite store cannot be shared; name a file")
-        return "sqlite:///" + str(Path(rest).expanduser().resolve())
+        try:
+            return "sqlite:///" + str(Path(rest).expanduser().resolve())
+        except (ValueError, RuntimeError, OSError) as err:
+            raise SpecError(source, path, f"not a usable file path: {err}") from None
     if re.match(r"^postgresql(\+psycopg2)?://", url):
         # SQLAlchemy 2.1 defaults to psycopg 3; the workbench installs psycopg2
         return re.sub(r"^postgresql(\+psycopg2)?://", "postgresql+psycopg2://", url)
@@ -251,8 +262,9 @@ def load(path: str | Path, storage: str | None = None) -> Sweep:
 def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             storage: str | None = None) -> Sweep:
     name = spec.name or default_name
-    if not re.match(r"^[A-Za-z0-9_.-]{1,100}$", name):
-        raise SpecError(source, "name", f"{name!r} must match [A-Za-z0-9_.-]{{1,100}}")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", name):
+        raise SpecError(source, "name", f"{name!r}: allowed: a letter or digit, then up to 99 "
+                                        "of [A-Za-z0-9_.-] (the file name when name is unset)")
     try:
         task = get_task(spec.task.name)
     except LookupError as err:

@@ -31,6 +31,10 @@ HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_GRACE_S = 40
 
 
+class StoreUnreachable(RuntimeError):
+    """The database server does not answer (wrong host, port, user or database)."""
+
+
 @dataclass(frozen=True)
 class Store:
     optuna_url: str
@@ -62,9 +66,29 @@ class Store:
             return self.sqlite_paths()[0].exists()
         return True
 
+    def check(self) -> None:
+        """Raise StoreUnreachable when a server store does not answer (SQLite: nothing)."""
+        if self.is_sqlite:
+            return
+        engine = sa.create_engine(self.optuna_url, poolclass=sa.pool.NullPool,
+                                  connect_args={"connect_timeout": 10})
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except sa.exc.SQLAlchemyError as err:
+            reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+            raise StoreUnreachable(f"cannot reach the store {make_url(self.optuna_url)!r}: "
+                                   f"{reason}") from None
+        finally:
+            engine.dispose()
+
     def prepare(self) -> None:
-        """Create what is missing: WAL-mode SQLite files, or MLflow's PostgreSQL database."""
+        """Create what is missing: WAL-mode SQLite files, or MLflow's PostgreSQL database;
+        then the artifact folder."""
+        self._prepare_database()
         self.artifact_root.mkdir(parents=True, exist_ok=True)
+
+    def _prepare_database(self) -> None:
         if self.is_sqlite:
             for path in self.sqlite_paths():
                 path.parent.mkdir(parents=True, exist_ok=True)
