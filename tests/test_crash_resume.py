@@ -2,8 +2,8 @@
 SQLite and on PostgreSQL; a diverging objective past the spec's bound is pruned."""
 
 import os
+import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,20 +25,31 @@ def start_sweep(path, cwd, *extra):
                             text=True, start_new_session=True)
 
 
-def wait_for_metrics(mlflow_db, rows_wanted, proc, timeout=120):
+def wait_for_metrics(mlflow_url, rows_wanted, proc, timeout=120):
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(mlflow_url, poolclass=sa.pool.NullPool)
     deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.3)
-        if not mlflow_db.exists():
-            continue
-        try:
-            with sqlite3.connect(mlflow_db, timeout=5) as db:
-                if db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] >= rows_wanted:
+    try:
+        while time.time() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.3)
+            try:
+                with engine.connect() as conn:
+                    rows = conn.execute(sa.text("SELECT COUNT(*) FROM metrics")).scalar()
+                if rows >= rows_wanted:
                     return
-        except sqlite3.OperationalError:
-            pass
+            except sa.exc.SQLAlchemyError:
+                pass  # not created yet
+    finally:
+        engine.dispose()
     raise AssertionError("the sweep logged no metrics in time")
+
+
+def mlflow_url_of(storage: str) -> str:
+    from workbench.store import Store
+
+    return Store.from_url(storage).mlflow_url
 
 
 def check_store(storage, mlflow_url, experiment, studies, n_trials):
@@ -53,32 +64,41 @@ def check_store(storage, mlflow_url, experiment, studies, n_trials):
     return client, runs
 
 
-def test_sigkill_then_the_same_command_finishes_exactly_and_retries(write_spec, tmp_path):
-    db = tmp_path / "store.db"
-    path = write_spec(tiny_spec(trials=3, seeds=2, methods={"step_size": ["constant"]},
-                                budget={"steps": 1500}, storage=f"sqlite:///{db}"))
-    proc = start_sweep(path, tmp_path)
-    wait_for_metrics(tmp_path / "store.mlflow.db", 3000, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    storage = f"sqlite:///{db}"
-    killed = [t for t in optuna.load_study(study_name="tiny.step_size=constant",
-                                           storage=storage).get_trials()
-              if t.state == TrialState.RUNNING]
-    assert len(killed) == 1
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_sigkill_at_random_points_then_the_same_command_finishes_exactly(backend, request,
+                                                                          write_spec, tmp_path):
+    storage = (f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite"
+               else request.getfixturevalue("postgres").new_database())
+    path = write_spec(tiny_spec(trials=3, seeds=2, budget={"steps": 1500}, storage=storage))
+    mlflow_url = mlflow_url_of(spec.load(path).storage)
+    rng = random.Random(backend)
+    killed_numbers = set()
+    for _ in range(2):  # kill twice, at random moments, then finish
+        proc = start_sweep(path, tmp_path, *(["--workers", "2"] if backend == "postgresql"
+                                             else []))
+        wait_for_metrics(mlflow_url, 500, proc)
+        time.sleep(rng.uniform(0.0, 4.0))
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for name in ("tiny.step_size=constant", "tiny.step_size=polyak"):
+            killed_numbers |= {(name, t.number) for t in optuna.load_study(
+                study_name=name, storage=spec.load(path).storage).get_trials()
+                if t.state == TrialState.RUNNING}
+    assert killed_numbers
     again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    client, runs = check_store(storage, f"sqlite:///{tmp_path / 'store.mlflow.db'}", "tiny",
-                               ["tiny.step_size=constant"], 3)
-    trials = optuna.load_study(study_name="tiny.step_size=constant",
-                               storage=storage).get_trials()
-    dead = trials[killed[0].number]
-    assert dead.state == TrialState.FAIL
-    retry = [t for t in trials if t.user_attrs.get("retry_of") == dead.number]
-    assert len(retry) == 1 and retry[0].params == dead.params
-    dead_run = client.get_run(dead.user_attrs["mlflow_run_id"])
-    assert dead_run.info.status == "FAILED"
-    assert dead_run.data.tags["workbench.fail_reason"] == "worker died"
+    studies = ["tiny.step_size=constant", "tiny.step_size=polyak"]
+    client, runs = check_store(spec.load(path).storage, mlflow_url, "tiny", studies, 3)
+    for name, number in killed_numbers:
+        trials = optuna.load_study(study_name=name, storage=spec.load(path).storage).get_trials()
+        dead = trials[number]
+        assert dead.state == TrialState.FAIL
+        retry = [t for t in trials if t.user_attrs.get("retry_of") == number]
+        assert len(retry) == 1 and retry[0].params == dead.params
+        if "mlflow_run_id" in dead.user_attrs:
+            dead_run = client.get_run(dead.user_attrs["mlflow_run_id"])
+            assert dead_run.info.status == "FAILED"
+            assert dead_run.data.tags["workbench.fail_reason"] == "worker died"
     for run in runs:  # finished runs have every step of their metrics
         if run.data.tags["workbench.kind"] == "seed" and run.info.status == "FINISHED":
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
@@ -87,7 +107,8 @@ def test_sigkill_then_the_same_command_finishes_exactly_and_retries(write_spec, 
 
 def test_two_sweep_processes_on_one_sqlite_store(write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=4, storage=f"sqlite:///{tmp_path / 'store.db'}"))
-    first, second = start_sweep(path, tmp_path), start_sweep(path, tmp_path, "--workers", "2")
+    first = start_sweep(path, tmp_path, "--workers", "2")
+    second = start_sweep(path, tmp_path, "--workers", "2")  # four workers on one store
     for proc in (first, second):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -100,13 +121,13 @@ def test_two_sweep_processes_on_one_sqlite_store(write_spec, tmp_path):
 def test_workers_on_postgresql(postgres, write_spec, tmp_path):
     url = postgres.new_database()
     path = write_spec(tiny_spec(trials=4, storage=url))
-    first, second = start_sweep(path, tmp_path, "--workers", "2"), start_sweep(path, tmp_path)
+    first = start_sweep(path, tmp_path, "--workers", "2")
+    second = start_sweep(path, tmp_path, "--workers", "2")  # four workers on one store
     for proc in (first, second):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert "Traceback" not in err
-    client, runs = check_store(url, url.rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1]
-                               + "_mlflow", "tiny",
+    client, runs = check_store(url, mlflow_url_of(url), "tiny",
                                ["tiny.step_size=constant", "tiny.step_size=polyak"], 4)
     assert sum(r.data.tags["workbench.kind"] == "seed" for r in runs) == 2 * 4 * 2
     status = run_cli("status", path, cwd=tmp_path)
@@ -132,7 +153,7 @@ def test_retry_can_be_turned_off(retry, write_spec, tmp_path):
                                 budget={"steps": 3000}, retry_crashed=retry,
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))
     proc = start_sweep(path, tmp_path)
-    wait_for_metrics(tmp_path / "store.mlflow.db", 2000, proc)
+    wait_for_metrics(f"sqlite:///{tmp_path / 'store.mlflow.db'}", 2000, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert run_cli("sweep", path, "--quiet", cwd=tmp_path).returncode == 0
@@ -140,3 +161,21 @@ def test_retry_can_be_turned_off(retry, write_spec, tmp_path):
                                storage=f"sqlite:///{tmp_path / 'store.db'}").get_trials()
     assert not [t for t in trials if "retry_of" in t.user_attrs]
     assert sum(t.state in FINISHED for t in trials) == 2
+
+
+def test_passwords_in_store_urls_are_never_printed_or_written(postgres, write_spec, tmp_path):
+    url = postgres.new_database().replace("postgres@", "postgres:s3cret-pw@")
+    path = write_spec(tiny_spec(trials=1, seeds=1, methods={"step_size": ["constant"]},
+                                storage=url))
+    outputs = [run_cli("sweep", path, cwd=tmp_path), run_cli("status", path, cwd=tmp_path),
+               run_cli("report", path, "--out", tmp_path / "report", cwd=tmp_path)]
+    for result in outputs:
+        assert result.returncode == 0, result.stderr
+        assert "s3cret-pw" not in result.stdout + result.stderr
+    assert "***" in outputs[1].stdout
+    for file in tmp_path.rglob("*"):
+        if file.is_file() and file.name != "spec.yaml":
+            assert b"s3cret-pw" not in file.read_bytes(), file
+    client = MlflowClient(mlflow_url_of(spec.load(path).storage))
+    for run in client.search_runs([client.get_experiment_by_name("tiny").experiment_id]):
+        assert "s3cret-pw" not in str(run.data.params) + str(run.data.tags)

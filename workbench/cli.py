@@ -102,13 +102,19 @@ def cmd_status(args) -> int:
     store = Store.from_url(sweep.storage)
     _reachable(sweep.storage)
     if not store.exists():
-        print(f"no store at {sweep.storage} yet: no trial has run", file=sys.stderr)
+        print(f"no store at {redact(sweep.storage)} yet: no trial has run", file=sys.stderr)
         statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {})
                     for p in sweep.studies]
     else:
         statuses = engine.study_status(sweep, store.optuna_storage())
     _print_status(sweep, statuses)
     return 0
+
+
+def redact(url: str) -> str:
+    from workbench.store import redact as hide
+
+    return hide(url)
 
 
 def _reachable(url: str) -> None:
@@ -130,7 +136,7 @@ def _print_status(sweep, statuses) -> None:
                      "best params": ", ".join(f"{k}={v:.4g}" if isinstance(v, float)
                                               else f"{k}={v}" for k, v in s.best_params.items())})
     print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task.name}, "
-          f"{len(sweep.seeds)} seeds, store {sweep.storage}")
+          f"{len(sweep.seeds)} seeds, store {redact(sweep.storage)}")
     print(_table(rows, ["study", "done", "pruned", "failed", "running", "best", "best params"]))
     for s in statuses:
         for reason, count in Counter(s.fail_reasons).most_common():
@@ -215,10 +221,14 @@ def cmd_ui(args) -> int:
     url = spec.normalise_storage(url, "--storage", "")
     store = Store.from_url(url)
     if not store.exists():
-        raise spec.SpecError("--storage", "", f"no store at {url}; run `workbench sweep` first")
+        raise spec.SpecError("--storage", "", f"no store at {redact(url)}; run `workbench "
+                                              "sweep` first")
     mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
-    base = f"http://127.0.0.1:{args.port}"
-    print(f"MLflow UI on {store.mlflow_url}: {base}  (Ctrl-C stops it)", flush=True)
+    base = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI on {redact(store.mlflow_url)}: {base}  (Ctrl-C stops it)", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {args.host}: anyone who can reach it can read and change "
+              "every run", file=sys.stderr)
     if sweep is not None:
         from workbench import results
 
@@ -228,7 +238,7 @@ def cmd_ui(args) -> int:
             print(f"every run of {sweep.name}, best first: {base}/#/experiments/{experiment}"
                   f"/runs?orderByKey=metrics.%60objective%60&orderByAsc={ascending}",
                   flush=True)
-    command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", "127.0.0.1",
+    command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", args.host,
                "--port", str(args.port), "--workers", "1"]
     try:
         return subprocess.call(command)
@@ -292,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
     p.add_argument("--storage")
     p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to listen on (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_ui)
 
     p = sub.add_parser("report", help="rebuild figures and tables from the store")

@@ -40,7 +40,7 @@ from pydantic import Field, ValidationError  # noqa: E402
 
 from workbench import results, stats  # noqa: E402
 from workbench.spec import ReportOptions, Sweep, load  # noqa: E402
-from workbench.store import Store  # noqa: E402
+from workbench.store import Store, redact  # noqa: E402
 from workbench.validation import SpecError, Strict, spec_error  # noqa: E402
 
 # Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
@@ -122,7 +122,7 @@ class SweepData:
 def read_sweep(sweep: Sweep, options: ReportOptions) -> SweepData:
     store = Store.from_url(sweep.storage)
     if not store.exists():
-        raise ReportError(f"no store at {sweep.storage}; run `workbench sweep` first")
+        raise ReportError(f"no store at {redact(sweep.storage)}; run `workbench sweep` first")
     experiment = results.experiment_id(store, sweep.name)
     if experiment is None:
         raise ReportError(f"the store has no runs of sweep {sweep.name!r}")
@@ -192,7 +192,7 @@ class Report:
         used = runs[runs["run_id"].isin(set(run_ids))]
         record = {
             "artifact": path.name, "created": self.created,
-            "query": {"store": sorted({d.sweep.storage for d in sweeps}),
+            "query": {"store": sorted({redact(d.sweep.storage) for d in sweeps}),
                       "experiments": {d.sweep.name: d.experiment for d in sweeps},
                       "filters": "runs.lifecycle_stage = 'active'; tags workbench.kind in "
                                  "(study, trial, seed)"},

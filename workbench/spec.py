@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from workbench import registry
 from workbench.hyperparams import HyperparameterError
+from workbench.store import redact
 from workbench.tasks import Budget, Task, get_task
 from workbench.validation import SpecError, Strict, spec_error
 
@@ -244,7 +245,7 @@ def normalise_storage(url: str, source: str, path: str) -> str:
     if re.match(r"^postgresql(\+psycopg2)?://", url):
         # SQLAlchemy 2.1 defaults to psycopg 3; the workbench installs psycopg2
         return re.sub(r"^postgresql(\+psycopg2)?://", "postgresql+psycopg2://", url)
-    raise SpecError(source, path, f"unsupported storage {url!r}; allowed: sqlite:///FILE, "
+    raise SpecError(source, path, f"unsupported storage {redact(url)!r}; allowed: sqlite:///FILE, "
                     "postgresql://USER@HOST/DB")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import sqlite3
 import warnings
 import zlib
@@ -29,6 +30,11 @@ from sqlalchemy.engine import make_url
 SQLITE_TIMEOUT_S = 120
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_GRACE_S = 40
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by *** (for messages, tags and provenance)."""
+    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
 
 
 class StoreUnreachable(RuntimeError):
@@ -77,8 +83,8 @@ class Store:
                 conn.execute(sa.text("SELECT 1"))
         except sa.exc.SQLAlchemyError as err:
             reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
-            raise StoreUnreachable(f"cannot reach the store {make_url(self.optuna_url)!r}: "
-                                   f"{reason}") from None
+            raise StoreUnreachable(f"cannot reach the store {redact(self.optuna_url)}: "
+                                   f"{redact(reason)}") from None
         finally:
             engine.dispose()
 
