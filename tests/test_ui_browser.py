@@ -151,5 +151,27 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
         shot = tmp_path / "runs.png"  # the table as rendered above, at 1600x1000
         assert shot.stat().st_size > 20_000
         assert _png_size(shot) == (1600, 1000)
+
+        # A seed run's page charts its step metrics.
+        run_id = _a_seed_run(base, experiment)
+        page = f"{base}/#/experiments/{experiment}/runs/{run_id}/model-metrics"
+        dom = ""
+        for attempt, budget_ms in enumerate((20_000, 40_000)):
+            dom = _chromium(tmp_path, f"profile-chart-{attempt}", page, tmp_path / "chart.png",
+                            budget_ms=budget_ms)
+            if "(cost/samples)" in _visible_text(dom) and "main-svg" in dom:
+                break
+        assert "(cost/samples)" in _visible_text(dom), _visible_text(dom)[-2000:]
+        assert "main-svg" in dom  # a plotly chart was drawn
+        assert (tmp_path / "chart.png").stat().st_size > 20_000
     finally:
         _kill_group(ui)
+
+
+def _a_seed_run(base: str, experiment: str) -> str:
+    body = json.dumps({"experiment_ids": [experiment], "max_results": 1,
+                       "filter": "tags.`workbench.kind` = 'seed'"}).encode()
+    request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["runs"][0]["info"]["run_id"]
