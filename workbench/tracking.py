@@ -53,7 +53,9 @@ def ensure_experiment(client, name: str, artifact_root: Path) -> str:
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
     location = (artifact_root / name).resolve().as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    # the UI opens it in its model-training view (runs, metric charts), not the GenAI one
+    return client.create_experiment(name, artifact_location=location,
+                                    tags={"mlflow.experimentKind": "custom_model_development"})
 
 
 def start_run(client, experiment_id: str, name: str, *, tags: Mapping[str, Any],
