@@ -10,6 +10,7 @@ import html
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import ROOT, run_cli, tiny_spec
 
 CHROMIUM = Path("/usr/bin/chromium")
 METHODS = ("constant", "polyak")
@@ -164,6 +165,10 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
         assert "(cost/samples)" in _visible_text(dom), _visible_text(dom)[-2000:]
         assert "main-svg" in dom  # a plotly chart was drawn
         assert (tmp_path / "chart.png").stat().st_size > 20_000
+        keep = ROOT / "test-artifacts"  # git-ignored; the screenshots outlive the test
+        keep.mkdir(exist_ok=True)
+        for name in ("default.png", "runs.png", "chart.png"):
+            shutil.copy(tmp_path / name, keep / f"ui-{name}")
     finally:
         _kill_group(ui)
 
