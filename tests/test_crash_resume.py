@@ -46,6 +46,32 @@ def wait_for_metrics(mlflow_url, rows_wanted, proc, timeout=120):
     raise AssertionError("the sweep logged no metrics in time")
 
 
+def metric_rows(mlflow_url) -> int:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(mlflow_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT COUNT(*) FROM metrics")).scalar()
+    except sa.exc.SQLAlchemyError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+def wait_for_a_running_trial(storage, proc, timeout=60):
+    """Until some trial is RUNNING (so the kill lands inside one, not between two)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        for name in optuna.get_all_study_names(storage):
+            trials = optuna.load_study(study_name=name, storage=storage).get_trials()
+            if any(t.state == TrialState.RUNNING for t in trials):
+                return
+        time.sleep(0.05)
+    raise AssertionError("no trial was running")
+
+
 def mlflow_url_of(storage: str) -> str:
     from workbench.store import Store
 
@@ -76,8 +102,10 @@ def test_sigkill_at_random_points_then_the_same_command_finishes_exactly(backend
     for _ in range(2):  # kill twice, at random moments, then finish
         proc = start_sweep(path, tmp_path, *(["--workers", "2"] if backend == "postgresql"
                                              else []))
-        wait_for_metrics(mlflow_url, 500, proc)
-        time.sleep(rng.uniform(0.0, 4.0))
+        before = metric_rows(mlflow_url)
+        wait_for_metrics(mlflow_url, before + 500, proc)
+        time.sleep(rng.uniform(0.0, 3.0))
+        wait_for_a_running_trial(spec.load(path).storage, proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         for name in ("tiny.step_size=constant", "tiny.step_size=polyak"):

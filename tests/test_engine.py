@@ -122,3 +122,21 @@ def test_samplers_are_seeded(write_spec, tmp_path):
         params.append([t.params for t in study.get_trials()])
     assert params[0] == params[1]
     assert len({t["step_size.lr"] for t in params[0]}) == 3
+
+
+def test_a_searched_hyperparameter_the_code_never_reads_is_flagged(write_spec, tmp_path,
+                                                                   capsys):
+    # with f_star=lower_bound, Polyak never reads delta: tuning it would burn the budget
+    sweep = load_tiny(write_spec, tmp_path, trials=2, seeds=1, methods={"step_size": [
+        {"name": "polyak", "search_space": {"delta": {"low": 1e-3, "high": 0.1, "log": True}}},
+        {"name": "armijo", "search_space": {"beta": {"low": 0.3, "high": 0.9}}}]})
+    engine.run_sweep(sweep, device="cpu")
+    err = capsys.readouterr().err
+    assert "tiny.step_size=polyak: step_size.delta searched but never read" in err
+    assert err.count("searched but never read") == 1  # once per study; armijo reads its knobs
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    trials = client.search_runs([client.get_experiment_by_name("tiny").experiment_id],
+                                "tags.`workbench.kind` = 'trial'")
+    flagged = {r.data.tags["workbench.method"]: r.data.tags.get("workbench.unused_knobs")
+               for r in trials}
+    assert flagged == {"polyak": "step_size.delta", "armijo": None}

@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -192,6 +193,7 @@ class Worker:
     device: torch.device
     index: int = 0
     on_trial_end: Callable[[], None] | None = None
+    warned: set = field(default_factory=set)
 
     def run(self) -> None:
         self.storage = self.store.optuna_storage()
@@ -347,6 +349,21 @@ class Worker:
                                  f"{objective:.4g}")
         study.tell(trial, objective)
 
+    def _unused_knobs(self, plan: StudyPlan, methods: dict, trial_run: str) -> None:
+        """Warn, once per study and process, about searched hyperparameters the run never
+        read: tuning them spends budget on a dimension with no effect on the code path."""
+        unused = unused_knobs(plan, methods)
+        if not unused:
+            return
+        self.client.set_tag(trial_run, "workbench.unused_knobs", ",".join(unused))
+        if plan.name in self.warned:
+            return
+        self.warned.add(plan.name)
+        shown = "; ".join(f"{slot}={m.params}" for slot, m in methods.items())
+        print(f"warning: {plan.name}: {', '.join(unused)} searched but never read by the "
+              f"code in its first trial ({shown}): it has no effect there; fix it or drop it "
+              "from the search space", file=sys.stderr, flush=True)
+
     def _fail_trial(self, study, trial, trial_run, err: BaseException) -> None:
         text = "".join(traceback.format_exception(err))
         reason = f"{type(err).__name__}: {err}"[:500]
@@ -393,8 +410,12 @@ class Worker:
         torch.manual_seed(seed)
         try:
             fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}  # no state leaks
-            result = sweep.task().run(sweep.task_params, fresh, seed=seed, device=self.device,
-                                      budget=spec.budget, log=log)
+            try:
+                result = sweep.task().run(sweep.task_params, fresh, seed=seed,
+                                          device=self.device, budget=spec.budget, log=log)
+            finally:
+                if k == 0:
+                    self._unused_knobs(plan, fresh, trial_run)
             value = objective.value()
             if result.get("diverged") or not math.isfinite(value):
                 raise StopRun("diverged", f"{sweep.metric} not finite at seed {seed}, step "
@@ -414,6 +435,12 @@ class Worker:
         tracking.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
                             name=f"{name} | {_short(sweep.metric)}={value:.4g}")
         return value
+
+
+def unused_knobs(plan: StudyPlan, methods: dict) -> list[str]:
+    """Searched hyperparameters (``slot.name``) that the methods never read in a run."""
+    return [name for name in plan.search_space()
+            if name.split(".", 1)[1] not in methods[name.split(".", 1)[0]].read]
 
 
 def _alive(pid: int) -> bool:

@@ -54,8 +54,15 @@ class Method:
 
     def __init__(self, **params: Any) -> None:
         self.params = self.resolve(params)
-        for key, value in self.params.items():
-            setattr(self, key, value)
+        self.read: set[str] = set()  # hyperparameters the code has looked at (unused knobs)
+
+    def __getattr__(self, name: str) -> Any:
+        """Hyperparameters read as attributes (``self.lr``), each read recorded."""
+        params = self.__dict__.get("params")
+        if params is not None and name in params:
+            self.__dict__["read"].add(name)
+            return params[name]
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
 
     @classmethod
     def key(cls) -> str:
