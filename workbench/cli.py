@@ -63,6 +63,44 @@ def cmd_methods(args) -> int:
     return 0
 
 
+def cmd_new_method(args) -> int:
+    from workbench import scaffold
+
+    try:
+        method_file, test_file = scaffold.write(args.family, args.name, Path(args.root))
+    except scaffold.ScaffoldError as err:
+        raise UsageError(str(err)) from None
+    print(scaffold.next_steps(args.family, args.name, method_file, test_file))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from workbench import contracts, registry
+
+    if args.method:
+        if "/" not in args.method:
+            raise UsageError(f"{args.method!r}: allowed: FAMILY/NAME, e.g. step_size/polyak")
+        family, name = args.method.split("/", 1)
+        try:
+            targets = {args.method: registry.get(family, name)}
+        except registry.RegistryError as err:
+            raise UsageError(str(err)) from None
+        results = {key: contracts.check(cls) for key, cls in targets.items()}
+    else:
+        results = contracts.check_all()
+    failed = 0
+    for key, problems in results.items():
+        if problems:
+            failed += 1
+            print(f"FAIL {key}")
+            for problem in problems:
+                print(f"     {problem}")
+        else:
+            print(f"ok   {key}: meets the {key.split('/')[0]} contract")
+    print(f"{len(results) - failed} of {len(results)} methods meet their family contract")
+    return 1 if failed else 0
+
+
 def cmd_tasks(args) -> int:
     from workbench.tasks import TASKS
 
@@ -270,6 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list registered methods")
     p.add_argument("--family", choices=["step_size", "batch_size", "entropy", "advantage"])
     p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("new-method", help="write a method file and its test from the "
+                                          "family's template")
+    p.add_argument("family", choices=["step_size", "batch_size", "entropy", "advantage"])
+    p.add_argument("name", help="lower_case_name")
+    p.add_argument("--root", default=".", help="the checkout to write into (default: here)")
+    p.set_defaults(func=cmd_new_method)
+
+    p = sub.add_parser("check", help="run the family contracts on one method or all of them")
+    p.add_argument("method", nargs="?", help="FAMILY/NAME (default: every registered method)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("tasks", help="list tasks, their slots, parameters and metrics")
     p.set_defaults(func=cmd_tasks)

@@ -7,8 +7,9 @@ refused when a sweep spec is checked.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -77,15 +78,34 @@ class EntropyMethod(Method):
     def coefficient(self, step: int, entropy: float) -> float:
         raise NotImplementedError
 
+    def coefficient_bounds(self) -> tuple[float, float]:
+        """The interval ``(low, high)`` every ``coefficient`` of this configuration lies in;
+        [0, inf) unless a method declares tighter bounds (``workbench.contracts`` checks it)."""
+        return (0.0, math.inf)
+
     def policy_loss_hook(self, **inputs: torch.Tensor) -> Mapping[str, torch.Tensor]:
         return {}
 
 
 class AdvantageMethod(Method):
     """A pure function on tensors (rewards, values, masks, group ids, ... as ``requires``
-    names them) returning ``(advantages, returns)``. No hidden state."""
+    names them) returning ``(advantages, returns)``, each of the shape of ``rewards``. No hidden
+    state; inputs are never modified in place.
+
+    Input names, for B rows (sequences or environment rollouts) of T steps:
+    ``rewards`` (B, T) float; ``values`` (B, T + 1) float (the last column is the value of the
+    state after step T - 1); ``mask`` (B, T) float or bool, 1 where a token/step is valid and
+    0 for padding; ``group_ids`` (B,) long, rows with the same id answer the same prompt;
+    ``dones`` (B, T) bool, True where an episode ends at that step. Results at valid positions
+    must not depend on inputs at padded ones.
+
+    ``invariants`` declares properties the contract (``workbench.contracts``) checks; known:
+    ``"zero_mean_per_group"``: within each group the advantages average to 0 over its valid
+    positions (every valid token counts once).
+    """
 
     family = "advantage"
+    invariants: ClassVar[frozenset[str]] = frozenset()
 
     def compute(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
