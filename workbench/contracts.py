@@ -22,17 +22,22 @@ problem naming its type and message.
   [min_size, max_size or n_samples] when the method declares those hyperparameters (else
   [1, n_samples]); ``diagnostics()`` is a dict of floats; two fresh instances fed the same
   statistics give the same answers and diagnostics.
-- entropy: ``coefficient(step, entropy)`` for steps 0..49 with an entropy that falls then
-  rises is a finite number within ``coefficient_bounds()``, the same for two fresh instances;
-  ``policy_loss_hook(log_probs=, old_log_probs=, advantages=, mask=)`` on (8, 16) tensors
-  returns a mapping of finite tensors (or numbers) and leaves its inputs unchanged.
+- entropy: after ``start({"total_steps": 50})``, ``coefficient(step, entropy)`` for steps
+  0..49 with an entropy that falls then rises is a finite number within
+  ``coefficient_bounds()``, the same for two fresh instances;
+  ``policy_loss_hook(log_probs=, old_log_probs=, advantages=, mask=, entropy=)`` on (8, 16)
+  tensors returns a mapping of finite tensors (or numbers; ``metrics``: a mapping of numbers)
+  and leaves its inputs unchanged.
 - advantage: ``compute`` gets the inputs its ``requirements`` name among rewards (8, 12),
   values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four groups of two,
-  shuffled) and dones (8, 12), float64 and seeded. It returns a pair of finite tensors of the
-  shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified in
-  place); changing rewards, values and dones at padded positions changes nothing at valid
-  ones (values of the state of a valid step or of the state after one are kept); each
-  declared invariant holds (``zero_mean_per_group``: atol 1e-6).
+  shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
+  terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at
+  the truncation) and reward_baselines (8,), float64 and seeded. It returns a pair of finite
+  tensors of the shape of rewards; it is a pure function (same inputs, same outputs; inputs
+  not modified in place); changing rewards, values, next_values, dones and terminated at
+  padded positions changes nothing at valid ones (values of the state of a valid step or of
+  the state after one are kept); each declared invariant holds (``zero_mean_per_group``:
+  atol 1e-6).
 """
 
 from __future__ import annotations
@@ -61,8 +66,9 @@ PROVIDED = {
     "step_size": frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
                             "loss_lower_bound", "smoothness", "lmo"}),
     "batch_size": frozenset({"per_sample_grads"}),
-    "entropy": frozenset({"log_probs", "old_log_probs", "advantages", "mask"}),
-    "advantage": frozenset({"rewards", "values", "mask", "group_ids", "dones"}),
+    "entropy": frozenset({"log_probs", "old_log_probs", "advantages", "mask", "entropy"}),
+    "advantage": frozenset({"rewards", "values", "mask", "group_ids", "dones", "terminated",
+                            "next_values", "reward_baselines"}),
 }
 
 
@@ -385,11 +391,13 @@ def _hook_inputs() -> dict[str, torch.Tensor]:
         "old_log_probs": log_probs + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float64),
         "advantages": torch.randn(shape, generator=gen, dtype=torch.float64),
         "mask": _right_padded_mask(gen, ROWS, HOOK_HORIZON),
+        "entropy": torch.rand(shape, generator=gen, dtype=torch.float64) * 2.0,
     }
 
 
 def _coefficients(cls, overrides) -> list:
     method = cls(**overrides)
+    _guarded("in start()", lambda: method.start({"total_steps": ENTROPY_STEPS}))
     bounds = _guarded("in coefficient_bounds()", method.coefficient_bounds)
     if (not isinstance(bounds, tuple | list) or len(bounds) != 2
             or not all(_is_real(b) and not math.isnan(b) for b in bounds)
@@ -442,6 +450,9 @@ def _check_hook(method) -> None:
             f"policy_loss_hook() returned {type(out).__name__}; it must return a mapping of "
             "names to tensors")
     for name, value in out.items():
+        if name == "metrics":
+            _check_hook_metrics(value)
+            continue
         if isinstance(value, torch.Tensor):
             finite = bool(torch.isfinite(value).all()) if value.is_floating_point() else True
         elif _is_real(value):
@@ -454,6 +465,19 @@ def _check_hook(method) -> None:
             raise ContractViolation(
                 f"policy_loss_hook() returned a non-finite value (NaN or inf) in {name!r}")
     _check_unchanged("policy_loss_hook()", inputs, given)
+
+
+def _check_hook_metrics(metrics: Any) -> None:
+    if not isinstance(metrics, Mapping):
+        raise ContractViolation(
+            f"policy_loss_hook() returned {type(metrics).__name__} for 'metrics'; it must be a "
+            "mapping of names to numbers")
+    for key, value in metrics.items():
+        number = float(value) if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+        if not _is_real(number) or math.isnan(number):
+            raise ContractViolation(
+                f"policy_loss_hook() returned {value!r} for metrics[{key!r}]; metrics must be "
+                "numbers (not NaN)")
 
 
 def _check_unchanged(what: str, original: dict, given: dict) -> None:
@@ -474,15 +498,23 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
     for row, length in enumerate(lengths.tolist()):
         if length < HORIZON:
             dones[row, length - 1] = True  # rows that end early end in a terminal state
-    dones[0, HORIZON // 2] = True  # one episode boundary inside a row
+    terminated = dones.clone()
+    dones[0, HORIZON // 2] = True  # an episode boundary inside a row: a truncation
+    dones[0, HORIZON // 4] = terminated[0, HORIZON // 4] = True  # and a terminal state
     group_ids = torch.arange(ROWS // GROUP_SIZE).repeat_interleave(GROUP_SIZE)
     group_ids = group_ids[torch.randperm(ROWS, generator=gen)]
+    values = torch.randn((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64)
+    next_values = values[:, 1:].clone()
+    next_values[0, HORIZON // 2] = 3.0  # the value of the final observation at the truncation
     return {
         "rewards": torch.randn(shape, generator=gen, dtype=torch.float64),
-        "values": torch.randn((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64),
+        "values": values,
         "mask": mask,
         "group_ids": group_ids,
         "dones": dones,
+        "terminated": terminated,
+        "next_values": next_values,
+        "reward_baselines": torch.randn(ROWS, generator=gen, dtype=torch.float64),
     }
 
 
@@ -501,8 +533,11 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         valid[:, 1:] |= ~padded
         value_noise = -50.0 + 10.0 * torch.randn(valid.shape, generator=gen, dtype=torch.float64)
         out["values"] = torch.where(valid, out["values"], value_noise)
-    if "dones" in out:
-        out["dones"] = torch.where(padded, ~out["dones"], out["dones"])
+    if "next_values" in out:
+        out["next_values"] = torch.where(padded, noise - 30.0, out["next_values"])
+    for name in ("dones", "terminated"):
+        if name in out:
+            out[name] = torch.where(padded, ~out[name], out[name])
     return out
 
 

@@ -28,6 +28,13 @@ class StepSizeMethod(Method):
     ``smoothness`` (L), and for constrained tasks ``lmo`` (linear minimisation oracle: a list
     of gradient tensors -> the list of vertex tensors s = argmin_{s in C} <g, s>). A method
     ``requires`` the keys it reads (``closure`` for re-evaluations, ``f_star``, ``lmo``, ...).
+
+    Policy-gradient tasks (which provide ``rl_stats``) call the optimizer's ``observe(stats)``,
+    where it defines one, after every optimizer step with ``approx_kl`` (the k3 estimate of
+    KL(old || new) on that minibatch, measured before the step), ``episodic_return`` (mean return
+    of the episodes finished so far in the latest rollout, NaN before the first) and ``update``
+    (rollout index); their ``info`` also gives ``return_upper_bound`` (the largest return an
+    episode can have) where known.
     """
 
     family = "step_size"
@@ -71,9 +78,25 @@ class BatchSizeMethod(Method):
 
 class EntropyMethod(Method):
     """Returns the entropy coefficient from the step and the measured policy entropy; may also
-    adjust the policy loss (clip bounds, token masks) through ``policy_loss_hook``."""
+    adjust the policy loss (clip bounds, token masks) through ``policy_loss_hook``.
+
+    ``start(info)`` is called once before a run (an instance may serve several runs) with
+    ``total_steps``, the number of policy updates of the run; it resets all state.
+    ``coefficient(step, entropy)`` is called once per update (step 0, 1, ...) with the mean
+    policy entropy (nats) of that update's batch; the loss gets ``- coefficient * entropy``.
+
+    ``policy_loss_hook(log_probs=, old_log_probs=, advantages=, mask=, entropy=)`` (tensors of
+    one shape, (B, T); ``entropy`` per token) returns any of: ``clip_low`` and ``clip_high``
+    (the PPO ratio is clipped to [1 - clip_low, 1 + clip_high]), ``loss_mask`` (a (B, T) 0/1
+    tensor: which tokens contribute to the policy-gradient term; it multiplies ``mask``),
+    ``extra_loss`` (a scalar tensor added to the loss; it may depend on ``log_probs``) and
+    ``metrics`` (a mapping of floats to log). Unknown keys are ignored by the loop.
+    """
 
     family = "entropy"
+
+    def start(self, info: Mapping[str, Any]) -> None:
+        """Reset state before a run; ``info['total_steps']`` is the number of updates."""
 
     def coefficient(self, step: int, entropy: float) -> float:
         raise NotImplementedError
@@ -96,8 +119,14 @@ class AdvantageMethod(Method):
     ``rewards`` (B, T) float; ``values`` (B, T + 1) float (the last column is the value of the
     state after step T - 1); ``mask`` (B, T) float or bool, 1 where a token/step is valid and
     0 for padding; ``group_ids`` (B,) long, rows with the same id answer the same prompt;
-    ``dones`` (B, T) bool, True where an episode ends at that step. Results at valid positions
-    must not depend on inputs at padded ones.
+    ``dones`` (B, T) bool, True where an episode ends at that step (terminated or truncated);
+    ``terminated`` (B, T) bool, True where it ends in a terminal state (no bootstrapping; a done
+    that is not terminated is a truncation); ``next_values`` (B, T) float, the value of the
+    state actually reached after step t, before any automatic reset (equal to
+    ``values[:, t + 1]`` except at truncations, where it is the value of the final
+    observation); ``reward_baselines`` (B,) float, a per-row baseline reward (ReMax: the
+    reward of the greedy answer). Results at valid positions must not depend on inputs at
+    padded ones.
 
     ``invariants`` declares properties the contract (``workbench.contracts``) checks; known:
     ``"zero_mean_per_group"``: within each group the advantages average to 0 over its valid

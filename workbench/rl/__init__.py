@@ -1,0 +1,1 @@
+"""Policy-gradient building blocks shared by the RL tasks: policies, rollouts, losses, loops."""

@@ -1,0 +1,171 @@
+"""Policy-loss pieces for RL on language models: loss aggregation, the PPO-clip loss with token-
+or sequence-level (GSPO) ratios, and the KL estimators. Pure functions on (B, T) tensors, with
+``mask`` 1 at valid response tokens. Conventions follow verl
+(``verl/trainer/ppo/core_algos.py``: ``agg_loss``, ``compute_policy_loss_vanilla``,
+``compute_policy_loss_gspo``, ``kl_penalty``); where TRL (``GRPOTrainer``) or OpenRLHF
+(``PolicyLoss``, ``compute_approx_kl``) differ, an argument selects, with verl's default.
+tests/test_rl_losses.py checks each against re-derivations of verl's functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                "seq-mean-token-sum-norm")
+RATIO_LEVELS = ("token", "sequence")
+KL_KINDS = ("k1", "k2", "k3")
+TOKEN_LOG_RATIO_CLAMP = 20.0  # verl and OpenRLHF clamp log(pi / pi_old) to [-20, 20]
+SEQUENCE_LOG_RATIO_MAX = 10.0  # verl's GSPO clamps the log of the sequence ratio at 10
+
+
+def _weights(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.to(dtype=like.dtype, device=like.device)
+
+
+def _masked_sum(values: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """sum(values * mask) with padded positions zeroed first (NaN there cannot leak)."""
+    weights = _weights(mask, values)
+    kept = torch.where(weights != 0, values, torch.zeros((), dtype=values.dtype,
+                                                         device=values.device))
+    return (kept * weights).sum() if dim is None else (kept * weights).sum(dim=dim)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's masked_mean: sum(values * mask) / (sum(mask) + 1e-8)."""
+    return _masked_sum(values, mask) / (_weights(mask, values).sum() + 1e-8)
+
+
+def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean",
+              constant: float | None = None) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar (verl's ``agg_loss``; l = loss, m = mask):
+
+    - ``token-mean`` (verl's default; TRL ``bnpo``/``dapo``): sum_it l m / sum_it m -- every
+      token of the batch weighs the same (0 when no token is valid; verl gives NaN);
+    - ``seq-mean-token-mean`` (GRPO paper; TRL ``grpo``; verl's GSPO):
+      mean over rows with a valid token of (sum_t l m / (sum_t m + 1e-8)) -- every sequence
+      weighs the same (TRL also counts fully masked rows, as 0);
+    - ``seq-mean-token-sum``: mean over rows with a valid token of sum_t l m;
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO): sum_it l m / ``constant``, the constant defaulting
+      to T (verl's ``loss_scale_factor``; set it to the maximum response length so the scale does
+      not depend on the batch). verl does not divide by the number of rows; TRL's
+      ``loss_type="dr_grpo"`` divides by B * max_completion_length: pass constant = B * T.
+    """
+    if mode == "token-mean":
+        return _masked_sum(loss_mat, mask) / _weights(mask, loss_mat).sum().clamp(min=1)
+    if mode == "seq-mean-token-sum-norm":
+        return _masked_sum(loss_mat, mask) / (loss_mat.shape[-1] if constant is None
+                                              else constant)
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {mode!r}; allowed: {', '.join(AGGREGATIONS)}")
+    per_row = _masked_sum(loss_mat, mask, dim=-1)
+    tokens = _weights(mask, loss_mat).sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        per_row = per_row / (tokens + 1e-8)
+    rows = (tokens > 0).to(loss_mat.dtype)
+    return (per_row * rows).sum() / rows.sum().clamp(min=1)
+
+
+def _bound(value, like: torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+
+def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                  advantages: torch.Tensor, mask: torch.Tensor, clip_low=0.2, clip_high=0.2,
+                  dual_clip: float | None = None, ratio_level: str = "token",
+                  agg: str | None = None, constant: float | None = None
+                  ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped surrogate policy loss and its metrics.
+
+    Per token, with r the importance ratio and A the advantage:
+
+        l = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))
+        l = min(l, -A c)  where A < 0          (dual clip, Ye et al. 2020, when ``dual_clip`` c)
+
+    then ``aggregate(l, mask, agg, constant)``. ``clip_low``/``clip_high`` are numbers or
+    tensors broadcastable to (B, T) (an entropy method's ``policy_loss_hook`` may set them;
+    clip-higher is clip_high > clip_low, DAPO). ``dual_clip`` defaults to None (off; OpenRLHF's
+    and TRL's default); verl's vanilla loss always applies it with c = ``clip_ratio_c`` = 3.
+
+    ``ratio_level``:
+
+    - ``token`` (PPO; verl ``vanilla``): r_t = exp(clamp(log pi_t - log pi_old_t, -20, 20));
+    - ``sequence`` (GSPO, Zheng et al. 2025): s_i = exp(mean over the row's valid tokens of
+      log pi_t - log pi_old_t), used at every token through verl's GSPO-token form
+      r_t = sg[s_i] * pi_t / sg[pi_t] (sg: stop-gradient; its log clamped at 10): the value is
+      s_i and the gradient flows through each token's log pi_t, so with a sequence-constant
+      advantage it equals differentiating s_i itself (TRL's form).
+
+    ``agg`` defaults to ``token-mean`` for token ratios (verl's default) and to
+    ``seq-mean-token-mean`` for sequence ratios (verl's GSPO always uses it; TRL recommends it).
+
+    Metrics (floats; token means over the mask): ``clip_frac_low`` (r < 1 - clip_low where
+    A < 0: the lower clip binds), ``clip_frac_high`` (r > 1 + clip_high where A > 0), their sum
+    ``clip_frac`` (verl's ``pg_clipfrac``), ``dual_clip_frac`` (verl's ``pg_clipfrac_lower``:
+    the dual clip binds), ``approx_kl`` (verl's ``ppo_kl``: mean of log pi_old - log pi, the k1
+    estimate of KL(old || new)) and ``ratio_mean``.
+    """
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(f"unknown ratio_level {ratio_level!r}; allowed: "
+                         f"{', '.join(RATIO_LEVELS)}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip!r}")
+    if agg is None:
+        agg = "token-mean" if ratio_level == "token" else "seq-mean-token-mean"
+    log_ratio = log_probs - old_log_probs
+    if ratio_level == "token":
+        ratio = torch.exp(log_ratio.clamp(-TOKEN_LOG_RATIO_CLAMP, TOKEN_LOG_RATIO_CLAMP))
+    else:
+        tokens = _weights(mask, log_ratio).sum(dim=-1).clamp(min=1)
+        sequence = _masked_sum(log_ratio, mask, dim=-1) / tokens
+        log_token = log_probs - log_probs.detach() + sequence.detach().unsqueeze(-1)
+        ratio = torch.exp(log_token.clamp(max=SEQUENCE_LOG_RATIO_MAX))
+    low, high = 1 - _bound(clip_low, ratio), 1 + _bound(clip_high, ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.minimum(torch.maximum(ratio, low), high)
+    loss = torch.maximum(unclipped, clipped)
+    negative = advantages < 0
+    dual_binds = torch.zeros_like(negative)
+    if dual_clip is not None:
+        floor = -advantages * dual_clip
+        dual_binds = negative & (loss > floor)
+        loss = torch.where(negative, torch.minimum(loss, floor), loss)
+    with torch.no_grad():
+        below = (ratio < low) & negative
+        above = (ratio > high) & (advantages > 0)
+        metrics = {
+            "clip_frac_low": _masked_mean(below.to(ratio.dtype), mask),
+            "clip_frac_high": _masked_mean(above.to(ratio.dtype), mask),
+            "clip_frac": _masked_mean((below | above).to(ratio.dtype), mask),
+            "dual_clip_frac": _masked_mean(dual_binds.to(ratio.dtype), mask),
+            "approx_kl": _masked_mean(-log_ratio, mask),
+            "ratio_mean": _masked_mean(ratio, mask),
+        }
+        values = torch.stack(list(metrics.values())).tolist()  # one device-to-host copy
+    return aggregate(loss, mask, agg, constant), dict(zip(metrics, values, strict=True))
+
+
+def kl_penalty(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str = "k3",
+               clamp: float | None = 10.0) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' log-probabilities
+    (Schulman 2020, "Approximating KL divergence"), with d = log pi - log pi_ref:
+
+    - ``k1``: d (unbiased, can be negative; verl ``kl``/``k1``);
+    - ``k2``: d^2 / 2 (verl ``mse``/``k2``);
+    - ``k3``: exp(-d) - 1 + d (unbiased, >= 0; verl ``low_var_kl``/``k3``, TRL's GRPO KL).
+
+    ``clamp`` applies to ``k3`` only, as verl does: -d is clamped to [-20, 20] before exp and
+    the result to [-clamp, clamp] (verl: 10); None leaves k3 unclamped (TRL). OpenRLHF clamps
+    all three kinds to [-10, 10] (not exposed: it changes k1/k2 only beyond |value| 10).
+    """
+    diff = log_probs - ref_log_probs
+    if kind == "k1":
+        return diff
+    if kind == "k2":
+        return 0.5 * diff.square()
+    if kind != "k3":
+        raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(KL_KINDS)}")
+    if clamp is None:
+        return torch.exp(-diff) - 1 + diff
+    reverse = (-diff).clamp(-TOKEN_LOG_RATIO_CLAMP, TOKEN_LOG_RATIO_CLAMP)
+    return (torch.exp(reverse) - reverse - 1).clamp(-clamp, clamp)
