@@ -11,8 +11,10 @@ problem naming its type and message.
 
 - step_size: 20 steps on a seeded float64 quadratic over two parameter tensors (a 2x2 matrix and
   a 3-vector), with ``info`` giving total_steps=20, batches_per_epoch=1, f_star,
-  loss_lower_bound, smoothness and an ``lmo`` for a Euclidean ball around the start. Every
-  step calls ``closure`` and returns a loss; ``last_step_size`` is a finite float, >= 0 and at
+  loss_lower_bound, smoothness, return_upper_bound=500 and an ``lmo`` for a Euclidean ball
+  around the start; an optimizer with ``observe`` gets synthetic RL statistics after each step
+  (KL swinging around typical targets, a return NaN at first then rising). Every step calls
+  ``closure`` and returns a loss; ``last_step_size`` is a finite float, >= 0 and at
   most ``step_size_cap()`` (relative tolerance 1e-12); the iterate stays finite; the state
   survives ``state_dict()`` / ``load_state_dict()`` (before steps 1 and 10, a fresh optimizer
   loaded with the saved state takes the same step, to 1e-12).
@@ -64,7 +66,8 @@ KNOWN_INVARIANTS = frozenset({"zero_mean_per_group"})
 
 PROVIDED = {
     "step_size": frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
-                            "loss_lower_bound", "smoothness", "lmo"}),
+                            "loss_lower_bound", "smoothness", "lmo", "rl_stats",
+                            "return_upper_bound"}),
     "batch_size": frozenset({"per_sample_grads"}),
     "entropy": frozenset({"log_probs", "old_log_probs", "advantages", "mask", "entropy"}),
     "advantage": frozenset({"rewards", "values", "mask", "group_ids", "dones", "terminated",
@@ -197,7 +200,8 @@ def _quadratic(seed: int = 0):
         return [c - radius * g / norm for c, g in zip(centre, grads, strict=True)]
 
     info = {"total_steps": STEP_SIZE_STEPS, "batches_per_epoch": 1, "f_star": f_star,
-            "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo}
+            "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
+            "return_upper_bound": 500.0}
     return params, closure, calls, info
 
 
@@ -228,6 +232,16 @@ def _check_step_size(cls, overrides, method) -> None:
         if step in STEP_SIZE_RELOAD_AT:
             _check_round_trip(method, optimizer.last_step_size, params, closure, info, step,
                               start, state)
+        observe = getattr(optimizer, "observe", None)
+        if observe is not None:
+            _guarded(f"in observe() after step {step}", lambda: observe(_rl_stats(step)))  # noqa: B023
+
+
+def _rl_stats(step: int) -> dict[str, float]:
+    """Synthetic ``observe`` statistics: a KL that swings across typical targets, a return
+    unknown at first (NaN) then rising towards the upper bound."""
+    return {"approx_kl": 0.001 * (1 + 30 * (step % 3 == 1)),
+            "episodic_return": math.nan if step < 2 else 20.0 * step, "update": step // 4}
 
 
 def _check_step_size_value(optimizer, step: int, cap: float) -> None:
