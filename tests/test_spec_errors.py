@@ -17,7 +17,7 @@ CASES = {
     "unknown top-level key": (tiny_spec(trails=3), "trails", "allowed: budget"),
     "unknown nested key": (tiny_spec(pruner={"name": "median", "patience": 3}),
                            "pruner.patience", "allowed: name, reduction_factor"),
-    "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name", "allowed: least_squares"),
+    "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name", "allowed: acrobot, cartpole, control"),
     "unknown task param": (tiny_spec(task={"name": "logreg", "params": {"samples": 3}}),
                            "task.params.samples", "allowed: batch_size"),
     "unknown method": (tiny_spec(methods={"step_size": ["constant", "adamw"]}),

@@ -43,6 +43,10 @@ class Range(Strict):
 
 class MethodEntry(Strict):
     name: str
+    label: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,59}$",
+        description="names this entry in studies and reports (default: the method's name); "
+                    "lets one method appear twice with different fixed values")
     fixed: dict[str, Any] = {}
     search_space: dict[str, Range | Literal["fixed"]] = {}
 
@@ -157,10 +161,11 @@ class MethodChoice:
     fixed: dict[str, Any]
     space: dict[str, od.BaseDistribution]
     implicit: bool = False  # the task's default for a slot the spec does not name
+    name: str | None = None  # the entry's label, when the spec gives one
 
     @property
     def label(self) -> str:
-        return self.cls.name
+        return self.name or self.cls.name
 
 
 @dataclass(frozen=True)
@@ -305,7 +310,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
 
     studies = []
     for combo in itertools.product(*per_slot):
-        label = "+".join(f"{m.slot}={m.cls.name}" for m in combo if not m.implicit)
+        label = "+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit)
         plan = StudyPlan(f"{name}.{label}", tuple(combo), spec.trials)
         if not plan.search_space() and spec.trials > 1:
             notes.append(f"{plan.name}: nothing to tune; running 1 trial")
@@ -346,9 +351,11 @@ def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
         where = f"methods.{slot}[{i}]"
         name_at = where if isinstance(entry, str) else f"{where}.name"
         entry = MethodEntry(name=entry) if isinstance(entry, str) else entry
-        if entry.name in seen:
-            raise SpecError(source, name_at, f"{slot}/{entry.name} is listed twice")
-        seen.add(entry.name)
+        label = entry.label or entry.name
+        if label in seen:
+            raise SpecError(source, name_at if entry.label is None else f"{where}.label",
+                            f"{slot}/{label} is listed twice; give each entry its own label")
+        seen.add(label)
         chosen.append(_resolve_method(source, task, slot, where, entry, name_at))
     return chosen
 
@@ -396,7 +403,7 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
             raise SpecError(source, f"{where}.search_space.{key}",
                             "is also fixed; give it either a fixed value or a search range")
     _check_requirements(source, task, where, cls, fixed, space)
-    return MethodChoice(slot, cls, fixed, space)
+    return MethodChoice(slot, cls, fixed, space, name=entry.label)
 
 
 def _check_requirements(source, task, where, cls, fixed, space) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workbench.tasks.base import Budget, Task, TaskParams
+from workbench.tasks.control import CONTROL_TASKS
 from workbench.tasks.least_squares import LeastSquares
 from workbench.tasks.logreg import LogReg
 from workbench.tasks.mlp import MLP
@@ -10,7 +11,7 @@ from workbench.tasks.quadratic import Quadratic
 from workbench.tasks.simplex import Simplex
 
 TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (LogReg, Quadratic, LeastSquares, Simplex, MLP)
+    cls.name: cls for cls in (LogReg, Quadratic, LeastSquares, Simplex, MLP, *CONTROL_TASKS)
 }
 
 

@@ -1,0 +1,146 @@
+"""The training loop of the control testbed: rollouts from batched environments, advantages,
+entropy coefficient and policy updates (PPO or REINFORCE), one update per logged step.
+
+Slots: ``advantage`` (computes A and R from the rollout), ``entropy`` (coefficient and loss
+hook), ``step_size`` (the optimizer over the actor-critic's parameters; ``observe`` gets the
+KL and the return), ``batch_size`` (samples per update, b = N * T: the loop changes T, the
+rollout length, or N, the number of environments, as ``batch_axis`` says, holding the other
+fixed; b is rounded to a multiple of the fixed one).
+
+Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
+``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workbench.envs import BatchedEnv
+from workbench.rl.policy import ActorCritic
+from workbench.rl.ppo import PPOSettings, ppo_update
+from workbench.rl.reinforce import reinforce_update
+from workbench.rl.rollout import collect, explained_variance
+from workbench.tasks.base import Budget, LogFn
+
+RECENT_EPISODES = 100
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    algorithm: str  # "ppo" | "reinforce"
+    num_envs: int
+    rollout_len: int
+    batch_axis: str  # "rollout_len" | "num_envs"
+    ppo: PPOSettings
+
+
+def planned_updates(budget: Budget, batch: int) -> int:
+    """Updates the budget allows at ``batch`` samples each (the schedules' horizon)."""
+    if budget.samples is None:
+        return budget.steps
+    return max(1, min(budget.steps, math.ceil(budget.samples / batch)))
+
+
+def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
+          settings: LoopSettings, *, budget: Budget, seed: int, log: LogFn) -> dict[str, Any]:
+    device = env.device
+    num_envs, horizon = settings.num_envs, settings.rollout_len
+    total_updates = planned_updates(budget, num_envs * horizon)
+    ppo = settings.ppo
+    per_update = ppo.epochs * ppo.minibatches if settings.algorithm == "ppo" else 1
+    optimizer = methods["step_size"].build(list(agent.parameters()), {
+        "total_steps": total_updates * per_update, "batches_per_epoch": per_update,
+        "return_upper_bound": env.return_upper_bound})
+    entropy_method, advantage_method = methods["entropy"], methods["advantage"]
+    entropy_method.start({"total_steps": total_updates})
+    batch_method = methods.get("batch_size")
+    if batch_method is not None:
+        wanted = batch_method.start({"batch_size": num_envs * horizon,
+                                     "n_samples": budget.samples or 2**40})
+        num_envs, horizon = _split_batch(wanted, num_envs, horizon, settings.batch_axis)
+    advantage_inputs = advantage_method.requirements(advantage_method.params)
+    generator = torch.Generator().manual_seed(seed + 2)
+
+    if num_envs != env.num_envs:
+        env.resize(num_envs)
+    obs = env.reset(seed=seed)
+    env_steps, seconds, diverged = 0, 0.0, False
+    recent: deque[float] = deque(maxlen=RECENT_EPISODES)
+    latest_return = math.nan
+    update = 0
+    metrics: dict[str, float] = {}
+    while update < budget.steps:
+        started = time.perf_counter()
+        # 1. rollout
+        if num_envs != env.num_envs:
+            obs = env.resize(num_envs)
+        rollout, obs = collect(env, agent, obs, horizon)
+        env_steps += rollout.size
+        episodes = rollout.episode_stats()
+        if episodes:
+            latest_return = episodes["train/return"]
+            recent.extend(rollout.episode_returns.tolist())
+        # 2. advantages, from the rollout in the method's (rows = environments, T) layout
+        inputs = {k: v for k, v in rollout.as_advantage_inputs().items() if k in advantage_inputs}
+        advantages, returns = (t.T for t in advantage_method.compute(**inputs))
+        # 3. entropy coefficient
+        rollout_entropy = float(rollout.entropy.mean())
+        entropy_coef = float(entropy_method.coefficient(update, rollout_entropy))
+        # 4. policy update
+        if settings.algorithm == "ppo":
+            stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
+                               entropy_method, ppo, update, latest_return, generator)
+        else:
+            stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
+                                     entropy_coef, entropy_method, ppo, update, latest_return)
+        seconds += time.perf_counter() - started
+        update += 1
+
+        metrics = {
+            **episodes, **stats,
+            "train/rollout_entropy": rollout_entropy,
+            "train/explained_variance": explained_variance(rollout.values.flatten(),
+                                                           returns.flatten()),
+            "adv/mean": float(advantages.mean()), "adv/std": float(advantages.std()),
+            "method/entropy_coef": entropy_coef,
+            "batch/size": float(rollout.size), "batch/num_envs": float(num_envs),
+            "batch/rollout_len": float(horizon),
+            "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
+            "cost/updates": float(update), "time/wall_seconds": seconds,
+            "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
+        }
+        if recent:
+            metrics["train/return_recent"] = sum(recent) / len(recent)
+        log(update, metrics)
+        if not math.isfinite(stats.get("train/policy_loss", 0.0)) or not math.isfinite(
+                stats.get("train/value_loss", 0.0)):
+            diverged = True
+            break
+        if budget.samples is not None and env_steps >= budget.samples:
+            break
+        if budget.wall_seconds is not None and seconds >= budget.wall_seconds:
+            break
+        if batch_method is not None:
+            wanted = batch_method.next_batch_size(update, {
+                "loss": stats.get("train/policy_loss", math.nan),
+                "grad_sq": stats.get("train/grad_norm", math.nan) ** 2,
+                "batch_size": rollout.size, "samples": env_steps,
+                "n_samples": budget.samples or 2**40})
+            num_envs, horizon = _split_batch(wanted, num_envs, horizon, settings.batch_axis)
+    return {**metrics, "steps": update, "diverged": diverged,
+            "env_steps": env_steps, "device": str(device)}
+
+
+def _split_batch(samples: int, num_envs: int, horizon: int, axis: str) -> tuple[int, int]:
+    """(N, T) with N * T close to ``samples``, changing only ``axis``."""
+    samples = max(1, int(samples))
+    if axis == "num_envs":
+        return max(1, round(samples / horizon)), horizon
+    return num_envs, max(1, round(samples / num_envs))

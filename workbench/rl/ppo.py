@@ -1,0 +1,162 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, "Proximal policy optimization
+algorithms"), following the layout of CleanRL's ``ppo.py`` (Huang et al. 2022, "The 37
+implementation details of PPO"), with the four family slots plugged in.
+
+Per update u:
+
+1. rollout: T steps of N environments with the current policy (``workbench.rl.rollout``);
+2. advantages: ``A, R = advantage.compute(rewards, values, dones, terminated, next_values)``;
+   optionally standardised over the batch (``advantage_norm="batch"``) or per minibatch;
+3. entropy coefficient: ``c = entropy.coefficient(u, mean entropy of the rollout)``;
+4. ``epochs`` passes over the batch in ``minibatches`` shuffled minibatches; each minibatch
+   minimises, with ratio rho = exp(log pi(a|s) - log pi_old(a|s)),
+
+       L = mean(max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)))
+           + value_coef * L_V - c * mean(H) (+ the entropy method's extra loss)
+
+   where L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
+   ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
+   method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
+   closure, then ``optimizer.step(closure)`` (the step-size slot) and ``optimizer.observe``.
+
+Metrics per update: see ``workbench.rl.control_metrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from workbench.rl.policy import ActorCritic
+from workbench.rl.rollout import Rollout
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    epochs: int = 4
+    minibatches: int = 4
+    clip: float = 0.2
+    clip_value: bool = True
+    value_coef: float = 0.5
+    max_grad_norm: float | None = 0.5
+    advantage_norm: str = "minibatch"  # "batch" | "minibatch" | "none"
+
+
+def standardise(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + 1e-8)
+
+
+def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,
+               advantages: torch.Tensor, returns: torch.Tensor, entropy_coef: float,
+               entropy_method, settings: PPOSettings, update: int, episodic_return: float,
+               generator: torch.Generator) -> dict[str, float]:
+    """Several epochs of clipped policy-gradient steps on one rollout; the update's metrics.
+
+    ``advantages`` and ``returns`` are in the rollout's (T, N) layout.
+    """
+    obs = rollout.obs.flatten(0, 1)
+    actions = rollout.actions.flatten(0, 1)
+    old_log_probs = rollout.log_probs.flatten()
+    old_values = rollout.values.flatten()
+    adv = advantages.flatten()
+    ret = returns.flatten()
+    if settings.advantage_norm == "batch":
+        adv = standardise(adv)
+    size = adv.numel()
+    minibatch = max(1, size // settings.minibatches)
+    totals: dict[str, float] = {}
+    count = 0
+    grad_norm = math.nan
+    for _ in range(settings.epochs):
+        order = torch.randperm(size, generator=generator).to(adv.device)
+        for start in range(0, size - minibatch + 1, minibatch):
+            idx = order[start:start + minibatch]
+            mb_adv = adv[idx]
+            if settings.advantage_norm == "minibatch" and idx.numel() > 1:
+                mb_adv = standardise(mb_adv)
+            stats: dict[str, float] = {}
+
+            def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
+                nonlocal grad_norm
+                with torch.set_grad_enabled(backward):
+                    loss, parts = _minibatch_loss(
+                        agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
+                        mb_adv, ret[idx], entropy_coef, entropy_method, settings)
+                if not backward:
+                    return loss.detach()
+                optimizer.zero_grad(set_to_none=False)
+                loss.backward()
+                norm = _grad_norm(agent, settings.max_grad_norm)
+                if not stats:  # the first evaluation at this minibatch's starting point
+                    stats.update(parts)
+                    grad_norm = norm
+                return loss.detach()
+
+            optimizer.step(closure)
+            stats["train/grad_norm"] = grad_norm
+            stats["method/step_size"] = float(getattr(optimizer, "last_step_size", math.nan))
+            observe = getattr(optimizer, "observe", None)
+            if observe is not None:
+                observe({"approx_kl": stats["train/approx_kl"],
+                         "episodic_return": episodic_return, "update": update})
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value
+            count += 1
+    return {key: value / count for key, value in totals.items()}
+
+
+def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, entropy_coef,
+                    entropy_method, settings: PPOSettings):
+    log_probs, entropy = agent.evaluate(obs, actions)
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    row = (-1, 1)  # the hook sees (B, T) tensors: one row per sample, T = 1
+    mask = torch.ones_like(adv).view(row)
+    hook = entropy_method.policy_loss_hook(
+        log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
+        advantages=adv.view(row), mask=mask, entropy=entropy.detach().view(row))
+    clip_low = float(hook.get("clip_low", settings.clip))
+    clip_high = float(hook.get("clip_high", settings.clip))
+    weight = (mask * hook["loss_mask"]).flatten() if "loss_mask" in hook else None
+
+    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high))
+    pg_loss = surrogate.mean() if weight is None else (surrogate * weight).sum() / weight.sum(
+        ).clamp_min(1.0)
+    values = agent.value(obs)
+    if settings.clip_value:
+        clipped = old_values + (values - old_values).clamp(-settings.clip, settings.clip)
+        value_loss = 0.5 * torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((values - ret) ** 2).mean()
+    entropy_mean = entropy.mean()
+    loss = pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+    if "extra_loss" in hook:
+        loss = loss + hook["extra_loss"]
+    with torch.no_grad():
+        parts = {
+            "train/policy_loss": float(pg_loss),
+            "train/value_loss": float(value_loss),
+            "train/entropy": float(entropy_mean),
+            "train/approx_kl": float(((ratio - 1) - log_ratio).mean()),
+            "train/clip_frac_low": float((ratio < 1 - clip_low).float().mean()),
+            "train/clip_frac_high": float((ratio > 1 + clip_high).float().mean()),
+        }
+        parts["train/clip_frac"] = parts["train/clip_frac_low"] + parts["train/clip_frac_high"]
+        for key, value in _floats(hook.get("metrics", {})).items():
+            parts[f"method/{key}"] = value
+    return loss, parts
+
+
+def _grad_norm(agent: ActorCritic, max_norm: float | None) -> float:
+    params = [p for p in agent.parameters() if p.grad is not None]
+    if max_norm is None:
+        return float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(p.grad) for p in params])))
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def _floats(metrics: Mapping) -> dict[str, float]:
+    return {str(k): float(v) for k, v in metrics.items()}
