@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,7 +27,9 @@ from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings, ppo_update
 from workbench.rl.reinforce import reinforce_update
 from workbench.rl.rollout import collect, explained_variance
-from workbench.tasks.base import Budget, LogFn
+
+if TYPE_CHECKING:  # workbench.tasks imports this module
+    from workbench.tasks.base import Budget, LogFn
 
 RECENT_EPISODES = 100
 

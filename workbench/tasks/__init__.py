@@ -8,10 +8,12 @@ from workbench.tasks.least_squares import LeastSquares
 from workbench.tasks.logreg import LogReg
 from workbench.tasks.mlp import MLP
 from workbench.tasks.quadratic import Quadratic
+from workbench.tasks.rlvr import RLVR_TASKS
 from workbench.tasks.simplex import Simplex
 
 TASKS: dict[str, type[Task]] = {
-    cls.name: cls for cls in (LogReg, Quadratic, LeastSquares, Simplex, MLP, *CONTROL_TASKS)
+    cls.name: cls for cls in (LogReg, Quadratic, LeastSquares, Simplex, MLP, *CONTROL_TASKS,
+                                         *RLVR_TASKS)
 }
 
 

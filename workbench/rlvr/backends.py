@@ -1,0 +1,424 @@
+"""Rollout backends: sample P prompts x n completions from the policy behind one small contract.
+
+``make_backend(name, model, tokenizer, model_dir, device, **options)`` returns a
+``RolloutBackend`` whose ``generate(prompts, n, max_new_tokens=..., temperature=1.0,
+greedy=False, seed=0)`` gives ``Rollouts`` with completion j of prompt i at index ``i * n + j``:
+
+- ``prompt_ids``: the prompt's token ids as the policy sees them (the tokenizer's own ids, bos
+  included where the tokenizer adds one, no padding), the same list for the n copies;
+- ``response_ids``: the generated ids up to and including the first end-of-sequence id
+  (``tokenizer.eos_token_id``) when one was generated, no padding; empty only when
+  ``max_new_tokens == 0``;
+- ``texts``: ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (what the checker
+  reads), decoded here for both backends so they agree exactly;
+- ``finished``: True where the response ends with eos, False where it was cut at
+  ``max_new_tokens``.
+
+Sampling draws from softmax(logits / temperature) over the whole vocabulary: no top-k, top-p,
+min-p or repetition penalty, whatever the model's ``generation_config`` says, because the RL
+loss needs the sampling distribution to be the policy's. ``greedy=True`` ignores
+``temperature`` and returns the same argmax completion n times (computed once). The same
+``seed`` gives the same rollouts (for the same prompts, n and batch options), and ``generate``
+leaves the global RNGs (torch CPU and CUDA, ``random``, numpy) as they were. Generation stops at
+``tokenizer.eos_token_id`` only (a model whose ``generation_config`` lists more end ids, such as
+an instruct model's end-of-turn token, is not stopped by those), so both backends end
+responses at the same token.
+
+Backends:
+
+- ``hf`` (default, CPU or CUDA): ``model.generate`` with KV cache on the training model itself,
+  left padding, at most ``max_batch_size`` sequences per call (option, default 512).
+  ``sync_weights`` has nothing to copy (it samples from the very object being trained) and only
+  checks that it is given that object.
+- ``vllm`` (optional ``gpu`` extra, CUDA only): ``vllm.LLM`` loading ``model_dir`` (its config,
+  tokenizer and architecture; the weights are replaced by the policy's at construction and by
+  every ``sync_weights``), prompts passed as ``TokensPrompt`` so vLLM sees exactly the HF
+  tokenizer's ids, one ``SamplingParams(n, temperature, max_tokens, seed, stop_token_ids=[eos],
+  ignore_eos=True, skip_special_tokens=True)`` per prompt (temperature 0 when greedy; each
+  prompt gets its own seed drawn from ``seed``). Weight sync where ``vllm.EngineArgs`` has
+  ``worker_extension_cls`` (vLLM 0.8 on; with the V1 engine from 0.8.3): the class
+  ``VLLMWeightReceiver`` is mixed into vLLM's workers with ``worker_extension_cls`` (vLLM's
+  documented RLHF pattern) and ``LLM.collective_rpc`` sends it the policy's parameters
+  serialized with safetensors (bytes travel through every vLLM executor, in-process or not,
+  without ``VLLM_ALLOW_INSECURE_SERIALIZATION``); each worker calls its model's
+  ``load_weights`` (the same HF-name loader vLLM uses for checkpoints). Older vLLM (0.6 - 0.7,
+  V0 engine, in-process by default): the in-process model
+  ``llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights``. The prefix
+  cache is reset after each sync. vLLM is imported lazily; without it ``make_backend("vllm",
+  ...)`` raises an ImportError naming the ``gpu`` extra. The vllm backend is written against
+  vLLM's documented API but is not exercised on the CPU-only development machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import importlib
+import importlib.util
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+BACKENDS = ("hf", "vllm")
+VLLM_MISSING = (
+    "the 'vllm' rollout backend needs vLLM, which is not installed here: install the optional "
+    "`gpu` extra (pip install 'workbench[gpu]') on a machine with a CUDA GPU, or use the 'hf' "
+    "backend"
+)
+
+# Generation options that would make HF's sampling distribution differ from the policy's;
+# passed explicitly so that a model's generation_config (e.g. top_k=20, repetition_penalty=1.05)
+# cannot switch them on.
+NEUTRAL_HF_SAMPLING = dict(
+    top_k=None, top_p=None, min_p=None, typical_p=None, epsilon_cutoff=None, eta_cutoff=None,
+    repetition_penalty=None, no_repeat_ngram_size=None, bad_words_ids=None, sequence_bias=None,
+    suppress_tokens=None, begin_suppress_tokens=None, min_new_tokens=None,
+    forced_bos_token_id=None, forced_eos_token_id=None, exponential_decay_length_penalty=None,
+)
+
+
+@dataclass
+class Rollouts:
+    """P prompts x n completions, completion j of prompt i at index ``i * n + j``."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    texts: list[str]
+    finished: list[bool]
+
+
+@contextlib.contextmanager
+def preserved_global_rng(seed: int | None = None) -> Iterator[None]:
+    """Run the block with the global RNGs (torch CPU and every initialised CUDA device,
+    ``random``, numpy) restored afterwards; torch is seeded with ``seed`` inside when given."""
+    cuda_devices = (list(range(torch.cuda.device_count()))
+                    if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=cuda_devices):
+            if seed is not None:
+                # Not torch.manual_seed: it would queue a seed for a CUDA not yet initialised.
+                torch.default_generator.manual_seed(seed)
+                if cuda_devices:
+                    torch.cuda.manual_seed_all(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def cut_at_eos(ids: Sequence[int], eos_token_id: int) -> list[int]:
+    """``ids`` up to and including the first ``eos_token_id`` (all of them when none)."""
+    ids = list(ids)
+    try:
+        return ids[:ids.index(eos_token_id) + 1]
+    except ValueError:
+        return ids
+
+
+class RolloutBackend(ABC):
+    """Samples completions of prompts from a policy (see the module docstring for the contract).
+
+    Subclasses implement ``_sample`` (response ids per completion, cut at the first eos) and
+    ``sync_weights``; tokenising, greedy copies, decoding and ``finished`` are shared here so
+    every backend fills ``Rollouts`` the same way."""
+
+    name: ClassVar[str]
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos token: rollouts need one to end responses")
+        self.tokenizer = tokenizer
+        self.eos_token_id: int = tokenizer.eos_token_id
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        seed: int = 0,
+    ) -> Rollouts:
+        """``n`` completions of each prompt, completion j of prompt i at index ``i * n + j``;
+        ``greedy`` ignores ``temperature``; the same ``seed`` gives the same output."""
+        prompts = list(prompts)
+        if not all(isinstance(prompt, str) for prompt in prompts):
+            raise TypeError("prompts must be strings")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n (completions per prompt) must be an integer >= 1, got {n!r}")
+        if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                or max_new_tokens < 0):
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        if not greedy and not (temperature > 0 and np.isfinite(temperature)):
+            raise ValueError(f"temperature must be positive and finite when sampling, got "
+                             f"{temperature!r} (use greedy=True for argmax decoding)")
+        prompt_ids = self.tokenizer(prompts)["input_ids"] if prompts else []
+        copies = 1 if greedy else n
+        if max_new_tokens == 0 or not prompts:
+            responses = [[] for _ in range(len(prompts) * copies)]
+        else:
+            responses = self._sample(
+                prompt_ids, copies, max_new_tokens=max_new_tokens,
+                temperature=None if greedy else float(temperature), seed=seed,
+            )
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        if copies != n:
+            responses = [list(ids) for ids in responses for _ in range(n)]
+            texts = [text for text in texts for _ in range(n)]
+        return Rollouts(
+            prompt_ids=[list(ids) for ids in prompt_ids for _ in range(n)],
+            response_ids=responses,
+            texts=texts,
+            finished=[bool(ids) and ids[-1] == self.eos_token_id for ids in responses],
+        )
+
+    @abstractmethod
+    def _sample(
+        self, prompt_ids: list[list[int]], copies: int, *, max_new_tokens: int,
+        temperature: float | None, seed: int,
+    ) -> list[list[int]]:
+        """``copies`` responses per prompt (prompt-major), each cut after its first eos;
+        ``temperature`` None means greedy."""
+
+    @abstractmethod
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        """Make the backend sample from ``model``'s current weights."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the backend holds (idempotent)."""
+
+    def __enter__(self) -> RolloutBackend:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class HFBackend(RolloutBackend):
+    """``model.generate`` on the training model itself (KV cache, left padding, batched)."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        device: str | torch.device | None = None,
+        max_batch_size: int = 512,
+    ):
+        super().__init__(tokenizer)
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if device is not None:
+            wanted, actual = torch.device(device), model.device
+            if wanted.type != actual.type or (wanted.index is not None
+                                              and wanted.index != actual.index):
+                raise ValueError(f"the hf backend samples on the model's own device, which is "
+                                 f"{actual}, not {wanted}: move the model first")
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.pad_token_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                             else self.eos_token_id)
+
+    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
+        sampling = (dict(do_sample=False) if temperature is None
+                    else dict(do_sample=True, temperature=temperature))
+        prompts_per_call = max(1, self.max_batch_size // copies)
+        was_training = self.model.training
+        self.model.eval()
+        responses: list[list[int]] = []
+        try:
+            with preserved_global_rng(seed), torch.no_grad():
+                for start in range(0, len(prompt_ids), prompts_per_call):
+                    input_ids, attention_mask = self._left_pad(
+                        prompt_ids[start:start + prompts_per_call])
+                    output = self.model.generate(
+                        input_ids=input_ids, attention_mask=attention_mask,
+                        max_new_tokens=max_new_tokens, num_return_sequences=copies,
+                        pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id,
+                        **NEUTRAL_HF_SAMPLING, **sampling,
+                    )
+                    responses += self._split_at_eos(output[:, input_ids.shape[1]:])
+        finally:
+            self.model.train(was_training)
+        return responses
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(row) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if row:
+                input_ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+                attention_mask[i, width - len(row):] = 1
+        device = self.model.device
+        return input_ids.to(device), attention_mask.to(device)
+
+    def _split_at_eos(self, new_tokens: torch.Tensor) -> list[list[int]]:
+        """Rows of ``new_tokens`` up to and including their first eos (padding after it
+        dropped), found with tensor ops and one transfer to Python."""
+        is_eos = new_tokens == self.eos_token_id
+        lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1,
+                              new_tokens.shape[1])
+        return [row[:length] for row, length in zip(new_tokens.tolist(), lengths.tolist(),
+                                                     strict=True)]
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        """Nothing to copy: the backend samples from the training model object itself."""
+        if model is not self.model:
+            raise ValueError("the hf backend samples from the training model object it was "
+                             "built with; sync_weights was given a different model")
+
+    def close(self) -> None:
+        """Nothing to release (the model belongs to the caller)."""
+
+
+class VLLMWeightReceiver:
+    """Mixed into each vLLM worker through ``worker_extension_cls``; ``collective_rpc`` calls
+    ``load_serialized_weights`` on every worker with the policy's parameters."""
+
+    def load_serialized_weights(self, payload: bytes) -> int:
+        """Load safetensors-serialized HF-named tensors into the worker's model; returns how
+        many tensors were given."""
+        from safetensors.torch import load
+
+        weights = load(bytes(payload))
+        self.model_runner.model.load_weights(weights=weights.items())
+        return len(weights)
+
+
+def _import_vllm():
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(VLLM_MISSING)
+    return importlib.import_module("vllm")
+
+
+def _policy_weights(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """The policy's parameters by HF name on the CPU (tied parameters once, as in a
+    checkpoint written with tied embeddings)."""
+    return {name: param.detach().to("cpu").contiguous()
+            for name, param in model.named_parameters()}
+
+
+class VLLMBackend(RolloutBackend):
+    """vLLM's offline ``LLM`` on the same model directory, weights synced from the policy."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        model_dir: str | Path,
+        *,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.3,
+        enforce_eager: bool = True,
+        seed: int = 0,
+        max_model_len: int | None = None,
+        **llm_kwargs: Any,
+    ):
+        """``dtype="auto"`` is vLLM's choice (a float32 checkpoint runs in half precision);
+        ``gpu_memory_utilization`` leaves the rest of the GPU to training; ``enforce_eager``
+        skips CUDA-graph capture (faster start; pass False for throughput); other keyword
+        arguments go to ``vllm.LLM``."""
+        vllm = _import_vllm()
+        super().__init__(tokenizer)
+        self._vllm = vllm
+        self._tokens_prompt = importlib.import_module("vllm.inputs").TokensPrompt
+        engine_fields = {field.name for field in dataclasses.fields(vllm.EngineArgs)}
+        self._uses_extension = "worker_extension_cls" in engine_fields
+        kwargs = dict(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype,
+                      gpu_memory_utilization=gpu_memory_utilization,
+                      enforce_eager=enforce_eager, seed=seed, **llm_kwargs)
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if self._uses_extension:
+            kwargs["worker_extension_cls"] = f"{__name__}.{VLLMWeightReceiver.__qualname__}"
+        with preserved_global_rng():
+            self._llm = vllm.LLM(**kwargs)
+        self.sync_weights(model)
+
+    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
+        seeds = random.Random(seed)
+        params = [
+            self._vllm.SamplingParams(
+                n=copies, temperature=0.0 if temperature is None else temperature,
+                max_tokens=max_new_tokens, seed=seeds.randrange(2**31),
+                # Stop at the tokenizer's eos only, as the hf backend does (ignore_eos drops
+                # the generation_config's other end ids; stop_token_ids still stop).
+                stop_token_ids=[self.eos_token_id], ignore_eos=True, skip_special_tokens=True,
+            )
+            for _ in prompt_ids
+        ]
+        prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_ids]
+        with preserved_global_rng():
+            outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        return [cut_at_eos(completion.token_ids, self.eos_token_id)
+                for output in outputs
+                for completion in sorted(output.outputs, key=lambda c: c.index)]
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        """Copy ``model``'s parameters into vLLM's workers (see the module docstring)."""
+        weights = _policy_weights(model)
+        if self._uses_extension:
+            from safetensors.torch import save
+
+            self._llm.collective_rpc(VLLMWeightReceiver.load_serialized_weights.__name__,
+                                     args=(save(weights),))
+        else:
+            engine_model = self._llm.llm_engine.model_executor.driver_worker.model_runner.model
+            engine_model.load_weights(weights.items())
+        reset_prefix_cache = getattr(self._llm, "reset_prefix_cache", None)
+        if reset_prefix_cache is not None:
+            reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the engine down and free its GPU memory."""
+        llm, self._llm = getattr(self, "_llm", None), None
+        if llm is None:
+            return
+        del llm
+        gc.collect()
+        with contextlib.suppress(ImportError, AttributeError):
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def make_backend(
+    name: Literal["hf", "vllm"],
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    model_dir: str | Path | None,
+    device: str | torch.device,
+    **options: Any,
+) -> RolloutBackend:
+    """The rollout backend ``name`` for ``model`` (on ``device``), loaded from ``model_dir``
+    where the backend needs the directory (vllm; hf ignores it). ``options``: hf
+    ``max_batch_size``; vllm ``dtype``, ``gpu_memory_utilization``, ``enforce_eager``,
+    ``seed``, ``max_model_len`` and any other ``vllm.LLM`` argument."""
+    if name == "hf":
+        return HFBackend(model, tokenizer, device=device, **options)
+    if name == "vllm":
+        _import_vllm()
+        if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+            raise ValueError(f"the vllm backend needs CUDA (the policy is on {device}); use "
+                             "the 'hf' backend on this machine")
+        if model_dir is None:
+            raise ValueError("the vllm backend loads the model directory: pass model_dir")
+        return VLLMBackend(model, tokenizer, model_dir, **options)
+    raise ValueError(f"unknown rollout backend {name!r}; choose one of {', '.join(BACKENDS)}")

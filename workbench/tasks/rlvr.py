@@ -1,0 +1,166 @@
+"""RL with verifiable rewards on a small language model (``workbench.rlvr.loop``).
+
+``rlvr-arith``: multi-digit addition, subtraction or multiplication (``kind``), with or without
+a scratchpad; ``rlvr-countdown``: reach a target with the given numbers. Problems are generated
+(``workbench.rlvr.problems``), seeded by ``data_seed``; the held-out set never overlaps the
+training prompts. The policy is, by default, a ~1 M-parameter Llama-style model trained from
+scratch by a supervised warm-up on the task's solutions (cached by its settings,
+``workbench.rlvr.warmup``) and loaded back with ``from_pretrained``; ``model`` may instead name
+any local Hugging Face model directory (e.g. a Qwen2.5-0.5B on disk) for GPU runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal
+
+import torch
+from pydantic import Field
+from transformers.utils import logging as transformers_logging
+
+from workbench.rlvr.backends import make_backend
+from workbench.rlvr.loop import RLSettings, train
+from workbench.rlvr.model import ModelConfig, load_policy
+from workbench.rlvr.problems import Difficulty, splits
+from workbench.rlvr.warmup import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_STEPS, warm_up
+from workbench.tasks.base import Task, TaskParams
+
+
+class RLVRParams(TaskParams):
+    kind: Literal["add", "sub", "mul"] = "add"
+    digits_min: int = Field(2, ge=1, le=12)
+    digits_max: int = Field(3, ge=1, le=12)
+    scratchpad: bool = False
+    n_train: int = Field(4000, ge=1)
+    n_eval: int = Field(200, ge=1, le=256, description="held-out prompts (greedy pass@1)")
+    data_seed: int = Field(0, ge=0)
+    model: str = Field("warmup", description="'warmup': the cached from-scratch model; or a "
+                                             "local Hugging Face model directory")
+    hidden: int = Field(128, ge=8)
+    layers: int = Field(4, ge=1)
+    heads: int = Field(4, ge=1)
+    intermediate: int = Field(512, ge=8)
+    warmup_steps: int = Field(DEFAULT_STEPS, ge=0, description="supervised warm-up steps")
+    warmup_batch: int = Field(DEFAULT_BATCH_SIZE, ge=1)
+    warmup_lr: float = Field(DEFAULT_LR, gt=0)
+    backend: Literal["hf", "vllm"] = "hf"
+    prompts: int = Field(16, ge=1, description="P: prompts per step")
+    group_size: int = Field(8, ge=1, description="G: completions per prompt")
+    batch_axis: Literal["prompts", "group_size"] = Field(
+        "prompts", description="what the batch_size slot changes")
+    max_new_tokens: int | None = Field(None, ge=1, description="None: the longest training "
+                                                               "solution + 2")
+    temperature: float = Field(1.0, gt=0)
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    clip: float = Field(0.2, gt=0)
+    dual_clip: float | None = Field(None, gt=1)
+    ratio_level: Literal["token", "sequence"] = "token"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                      "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0)
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    value_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    format_reward: float = Field(0.0, ge=0, le=1)
+    dynamic_sampling: bool = False
+    max_refills: int = Field(4, ge=0)
+    eval_every: int = Field(10, ge=1)
+    eval_k: int = Field(8, ge=1)
+    eval_k_prompts: int = Field(64, ge=1)
+    cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU")
+
+    def difficulty(self) -> Difficulty:
+        return Difficulty(digits_min=self.digits_min, digits_max=self.digits_max,
+                          scratchpad=self.scratchpad)
+
+
+class RLVRCountdownParams(RLVRParams):
+    kind: Literal["countdown"] = "countdown"
+    n_numbers: int = Field(3, ge=2, le=6)
+    max_number: int = Field(25, ge=1, le=999)
+    target_min: int = Field(1, ge=1)
+    target_max: int = Field(100, ge=1)
+
+    def difficulty(self) -> Difficulty:
+        return Difficulty(scratchpad=self.scratchpad, n_numbers=self.n_numbers,
+                          max_number=self.max_number, target_min=self.target_min,
+                          target_max=self.target_max)
+
+
+class RLVRArith(Task):
+    name = "rlvr-arith"
+    description = ("RL with verifiable rewards: a small LM (warm-up from scratch, or any local "
+                   "HF model) on generated arithmetic; GRPO-family advantages")
+    slots = ("step_size", "batch_size", "entropy", "advantage")
+    default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
+                       "entropy": "none", "advantage": "grpo"}
+    provides = frozenset({"closure", "rewards", "mask", "group_ids", "values", "dones",
+                          "terminated", "next_values", "reward_baselines"})
+    Params = RLVRParams
+    metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
+               "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
+               "train/accuracy": "maximize", "train/entropy": "maximize",
+               "train/kl_ref": "minimize", "train/response_length": "minimize",
+               "train/zero_variance_groups": "minimize"}
+    default_objective = "eval/accuracy"
+
+    def run(self, params, methods, *, seed, device, budget, log):
+        threads = torch.get_num_threads()
+        if device.type == "cpu" and params.cpu_threads is not None:
+            torch.set_num_threads(params.cpu_threads)
+        try:
+            return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, params, methods, *, seed, device, budget, log):
+        transformers_logging.disable_progress_bar()  # no bars from saving or loading weights
+        difficulty = params.difficulty()
+        train_set, held_out = splits(params.kind, params.data_seed, params.n_train,
+                                     params.n_eval, difficulty)
+        path = params.model
+        if path == "warmup":
+            config = ModelConfig(hidden=params.hidden, layers=params.layers, heads=params.heads,
+                                 intermediate=params.intermediate)
+            path = warm_up(params.kind, difficulty, config, steps=params.warmup_steps,
+                           batch_size=params.warmup_batch, lr=params.warmup_lr,
+                           seed=params.data_seed, device=device)
+        torch.manual_seed(seed)
+        policy, tokenizer = load_policy(path, device=device)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        advantage = methods["advantage"]
+        value_head = None
+        if "values" in advantage.requirements(advantage.params):
+            value_head = torch.nn.Linear(policy.config.hidden_size, 1).to(device)
+            torch.nn.init.zeros_(value_head.weight)
+            torch.nn.init.zeros_(value_head.bias)
+        longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
+                      for p in train_set)
+        settings = RLSettings(
+            prompts=params.prompts, group_size=params.group_size, batch_axis=params.batch_axis,
+            max_new_tokens=params.max_new_tokens or longest + 2,
+            temperature=params.temperature, epochs=params.epochs,
+            minibatches=params.minibatches, clip=params.clip, dual_clip=params.dual_clip,
+            ratio_level=params.ratio_level, loss_agg=params.loss_agg, kl_coef=params.kl_coef,
+            kl_kind=params.kl_kind, value_coef=params.value_coef,
+            max_grad_norm=params.max_grad_norm, format_reward=params.format_reward,
+            dynamic_sampling=params.dynamic_sampling, max_refills=params.max_refills,
+            eval_every=params.eval_every, eval_k=params.eval_k,
+            eval_k_prompts=params.eval_k_prompts)
+        backend = make_backend(params.backend, policy, tokenizer, path, device)
+        try:
+            return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
+                         budget=budget, seed=seed, log=log, reference=reference,
+                         value_head=value_head, device=device)
+        finally:
+            backend.close()
+
+
+class RLVRCountdown(RLVRArith):
+    name = "rlvr-countdown"
+    description = "RL with verifiable rewards on countdown puzzles (reach a target)"
+    Params = RLVRCountdownParams
+
+
+RLVR_TASKS = (RLVRArith, RLVRCountdown)
