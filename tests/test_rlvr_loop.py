@@ -134,3 +134,19 @@ def test_kl_to_the_reference_starts_at_zero_and_grows():
     kls = [m["train/kl_ref"] for _, m in logged if "train/kl_ref" in m]
     assert kls[0] == pytest.approx(0.0, abs=1e-6)
     assert kls[-1] > 1e-4
+
+
+@pytest.mark.slow
+def test_grpo_raises_held_out_accuracy_above_the_warm_up_checkpoint(monkeypatch):
+    """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 120 GRPO steps from
+    the default warm-up checkpoint (trained here on first use, about 3 minutes, then cached).
+    Held-out sampled pass@1 over 200 problems x 8 samples rose from 0.16 to about 0.23 in 150
+    steps when measured; the margin asked here is half of that."""
+    monkeypatch.delenv("WORKBENCH_CACHE", raising=False)  # share the real warm-up cache
+    from benchmarks.rlvr_learning import run
+
+    curve = run(minutes=30, seed=0, steps=120, eval_every=120)
+    first, last = curve[0], curve[-1]
+    assert last["step"] == 120
+    assert last["sampled"] >= first["sampled"] + 0.03, curve
+    assert last["greedy"] >= first["greedy"] - 0.02, curve

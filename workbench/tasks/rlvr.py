@@ -102,7 +102,11 @@ class RLVRArith(Task):
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
                "train/accuracy": "maximize", "train/entropy": "maximize",
                "train/kl_ref": "minimize", "train/response_length": "minimize",
-               "train/zero_variance_groups": "minimize"}
+               "train/zero_variance_groups": "minimize", "train/clip_frac_low": "minimize",
+               "train/clip_frac_high": "minimize", "train/clip_frac": "minimize",
+               "adv/std": "minimize", "method/entropy_coef": "minimize",
+               "time/rollout_tokens_per_second": "maximize",
+               "time/train_tokens_per_second": "maximize"}
     default_objective = "eval/accuracy"
 
     def run(self, params, methods, *, seed, device, budget, log):
