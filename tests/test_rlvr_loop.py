@@ -138,15 +138,15 @@ def test_kl_to_the_reference_starts_at_zero_and_grows():
 
 @pytest.mark.slow
 def test_grpo_raises_held_out_accuracy_above_the_warm_up_checkpoint(monkeypatch):
-    """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 120 GRPO steps from
-    the default warm-up checkpoint (trained here on first use, about 3 minutes, then cached).
-    Held-out sampled pass@1 over 200 problems x 8 samples rose from 0.16 to about 0.23 in 150
-    steps when measured; the margin asked here is half of that."""
+    """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 250 GRPO steps
+    (about 4 minutes) from the default warm-up checkpoint (trained here on first use, about 3
+    minutes, then cached). Measured: held-out sampled pass@1 0.16 -> 0.23 after 250 steps and
+    0.33 after 800; the margin asked here is about half of the 250-step gain."""
     monkeypatch.delenv("WORKBENCH_CACHE", raising=False)  # share the real warm-up cache
     from benchmarks.rlvr_learning import run
 
-    curve = run(minutes=30, seed=0, steps=120, eval_every=120)
+    curve = run(minutes=30, seed=0, steps=250, eval_every=250)
     first, last = curve[0], curve[-1]
-    assert last["step"] == 120
+    assert last["step"] == 250
     assert last["sampled"] >= first["sampled"] + 0.03, curve
     assert last["greedy"] >= first["greedy"] - 0.02, curve
