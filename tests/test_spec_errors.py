@@ -19,6 +19,14 @@ CASES = {
                            "pruner.patience", "allowed: name, reduction_factor"),
     "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name",
                      "allowed: acrobot, cartpole, control"),
+    "too few distinct problems": (
+        tiny_spec(task={"name": "rlvr-arith", "params": {"digits_min": 1, "digits_max": 1}},
+                  methods={"advantage": ["grpo"]}),
+        "task.params", "distinct add problems"),
+    "control param out of range": (
+        tiny_spec(task={"name": "cartpole", "params": {"num_envs": 0}},
+                  methods={"advantage": ["gae"]}),
+        "task.params.num_envs", "greater than or equal to 1"),
     "unknown task param": (tiny_spec(task={"name": "logreg", "params": {"samples": 3}}),
                            "task.params.samples", "allowed: batch_size"),
     "unknown method": (tiny_spec(methods={"step_size": ["constant", "adamw"]}),

@@ -15,7 +15,7 @@ import copy
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from transformers.utils import logging as transformers_logging
 
 from workbench.rlvr.backends import make_backend
@@ -73,6 +73,21 @@ class RLVRParams(TaskParams):
     def difficulty(self) -> Difficulty:
         return Difficulty(digits_min=self.digits_min, digits_max=self.digits_max,
                           scratchpad=self.scratchpad)
+
+    @model_validator(mode="after")
+    def _enough_problems(self):
+        if self.digits_min > self.digits_max:
+            raise ValueError(f"digits_min ({self.digits_min}) is above digits_max "
+                             f"({self.digits_max})")
+        if self.kind != "countdown":
+            low = 0 if self.digits_min == 1 else 10 ** (self.digits_min - 1)
+            distinct = (10 ** self.digits_max - low) ** 2
+            if self.n_train + self.n_eval > distinct:
+                raise ValueError(
+                    f"n_train + n_eval = {self.n_train + self.n_eval} exceeds the {distinct} "
+                    f"distinct {self.kind} problems with {self.digits_min}-{self.digits_max} "
+                    "digit operands; lower n_train or raise digits_max")
+        return self
 
 
 class RLVRCountdownParams(RLVRParams):
