@@ -21,40 +21,18 @@ multiplier, number for number.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from methods.step_size.schedule import Schedule
+from methods.step_size.schedule import Schedule, Scheduled
 from workbench.hyperparams import Bool, Choice, Float
 from workbench.registry import Reference, register
 
 
-class _Scheduled:
-    """Mixin: the lr at step k is ``base_lr * multiplier(k)``; the step counter lives in
-    ``param_groups`` so it survives ``state_dict()``."""
-
-    def __init__(self, params, *, multiplier, **kwargs):
-        super().__init__(params, **kwargs)
-        self._multiplier = multiplier
-        for group in self.param_groups:
-            group.setdefault("base_lr", kwargs["lr"])
-            group.setdefault("step_index", 0)
-        self.last_step_size = math.nan
-
-    def step(self, closure):
-        for group in self.param_groups:
-            group["lr"] = group["base_lr"] * self._multiplier(group["step_index"])
-            group["step_index"] += 1
-        self.last_step_size = float(self.param_groups[0]["lr"])
-        return super().step(closure)
-
-
-class ScheduledAdam(_Scheduled, torch.optim.Adam):
+class ScheduledAdam(Scheduled, torch.optim.Adam):
     """``torch.optim.Adam`` on a schedule."""
 
 
-class ScheduledAdamW(_Scheduled, torch.optim.AdamW):
+class ScheduledAdamW(Scheduled, torch.optim.AdamW):
     """``torch.optim.AdamW`` on a schedule."""
 
 

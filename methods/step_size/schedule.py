@@ -42,17 +42,17 @@ from workbench.hyperparams import Choice, Float
 from workbench.registry import Reference, register
 
 
-class ScheduledSGD(torch.optim.SGD):
-    """``torch.optim.SGD`` whose lr at step k is ``base_lr * multiplier(k)``.
+class Scheduled:
+    """Mixin for a torch optimizer whose lr at step k is ``base_lr * multiplier(k)``.
 
     The step counter ``step_index`` lives in ``param_groups`` so it survives ``state_dict()``.
     """
 
-    def __init__(self, params, *, lr, momentum, multiplier):
-        super().__init__(params, lr=lr, momentum=momentum)
+    def __init__(self, params, *, multiplier, **kwargs):
+        super().__init__(params, **kwargs)
         self._multiplier = multiplier
         for group in self.param_groups:
-            group.setdefault("base_lr", lr)
+            group.setdefault("base_lr", kwargs["lr"])
             group.setdefault("step_index", 0)
         self.last_step_size = math.nan
 
@@ -62,6 +62,10 @@ class ScheduledSGD(torch.optim.SGD):
             group["step_index"] += 1
         self.last_step_size = float(self.param_groups[0]["lr"])
         return super().step(closure)
+
+
+class ScheduledSGD(Scheduled, torch.optim.SGD):
+    """``torch.optim.SGD`` (heavy-ball ``momentum``) on a schedule."""
 
 
 @register

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.envs import BatchedEnv
+from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings, ppo_update
 from workbench.rl.reinforce import reinforce_update
@@ -43,18 +44,11 @@ class LoopSettings:
     ppo: PPOSettings
 
 
-def planned_updates(budget: Budget, batch: int) -> int:
-    """Updates the budget allows at ``batch`` samples each (the schedules' horizon)."""
-    if budget.samples is None:
-        return budget.steps
-    return max(1, min(budget.steps, math.ceil(budget.samples / batch)))
-
-
 def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
           settings: LoopSettings, *, budget: Budget, seed: int, log: LogFn) -> dict[str, Any]:
     device = env.device
     num_envs, horizon = settings.num_envs, settings.rollout_len
-    total_updates = planned_updates(budget, num_envs * horizon)
+    total_updates = budget.planned_steps(num_envs * horizon)
     ppo = settings.ppo
     per_update = ppo.epochs * ppo.minibatches if settings.algorithm == "ppo" else 1
     optimizer = methods["step_size"].build(list(agent.parameters()), {
@@ -66,7 +60,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     if batch_method is not None:
         wanted = batch_method.start({"batch_size": num_envs * horizon,
                                      "n_samples": budget.samples or 2**40})
-        num_envs, horizon = _split_batch(wanted, num_envs, horizon, settings.batch_axis)
+        num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     advantage_inputs = advantage_method.requirements(advantage_method.params)
     generator = torch.Generator().manual_seed(seed + 2)
 
@@ -125,9 +119,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
                 stats.get("train/value_loss", 0.0)):
             diverged = True
             break
-        if budget.samples is not None and env_steps >= budget.samples:
-            break
-        if budget.wall_seconds is not None and seconds >= budget.wall_seconds:
+        if budget.spent(env_steps, seconds):
             break
         if batch_method is not None:
             wanted = batch_method.next_batch_size(update, {
@@ -135,14 +127,11 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
                 "grad_sq": stats.get("train/grad_norm", math.nan) ** 2,
                 "batch_size": rollout.size, "samples": env_steps,
                 "n_samples": budget.samples or 2**40})
-            num_envs, horizon = _split_batch(wanted, num_envs, horizon, settings.batch_axis)
+            num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     return {**metrics, "steps": update, "diverged": diverged,
             "env_steps": env_steps, "device": str(device)}
 
 
-def _split_batch(samples: int, num_envs: int, horizon: int, axis: str) -> tuple[int, int]:
+def _reshape(samples: int, num_envs: int, horizon: int, axis: str) -> tuple[int, int]:
     """(N, T) with N * T close to ``samples``, changing only ``axis``."""
-    samples = max(1, int(samples))
-    if axis == "num_envs":
-        return max(1, round(samples / horizon)), horizon
-    return num_envs, max(1, round(samples / num_envs))
+    return reshape_batch(samples, num_envs, horizon, "rows" if axis == "num_envs" else "columns")

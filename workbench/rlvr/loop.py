@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.losses import aggregate, kl_penalty, ppo_clip_loss
 from workbench.rlvr.backends import RolloutBackend, Rollouts
 from workbench.rlvr.checker import is_correct, reward
@@ -240,7 +241,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     """Run RL steps until the budget is spent; returns the last metrics."""
     prompts, group_size = settings.prompts, settings.group_size
     per_step = settings.epochs * settings.minibatches
-    total_steps = _planned_steps(budget, prompts * group_size)
+    total_steps = budget.planned_steps(prompts * group_size)
     params = list(policy.parameters()) + (list(value_head.parameters()) if value_head else [])
     optimizer = methods["step_size"].build(params, {"total_steps": total_steps * per_step,
                                                     "batches_per_epoch": per_step})
@@ -250,7 +251,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     if batch_method is not None:
         wanted = batch_method.start({"batch_size": prompts * group_size,
                                      "n_samples": budget.samples or 2**40})
-        prompts, group_size = _split(wanted, prompts, group_size, settings.batch_axis)
+        prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     needs = advantage_method.requirements(advantage_method.params)
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed + 2)
@@ -317,16 +318,14 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
             break
-        if budget.samples is not None and samples >= budget.samples:
-            break
-        if budget.wall_seconds is not None and seconds >= budget.wall_seconds:
+        if budget.spent(samples, seconds):
             break
         if batch_method is not None:
             wanted = batch_method.next_batch_size(step, {
                 "loss": stats["train/policy_loss"], "grad_sq": stats["train/grad_norm"] ** 2,
                 "batch_size": len(batch.scores), "samples": samples,
                 "n_samples": budget.samples or 2**40})
-            prompts, group_size = _split(wanted, prompts, group_size, settings.batch_axis)
+            prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     if "eval/accuracy" not in metrics:
         metrics.update(evaluate(backend, held_out, settings, seed))
         log(step, metrics)
@@ -440,14 +439,7 @@ def _loss(policy, value_head, entropy_method, batch, idx, old_log_probs, ref_log
     return loss, parts
 
 
-def _planned_steps(budget: Budget, batch: int) -> int:
-    if budget.samples is None:
-        return budget.steps
-    return max(1, min(budget.steps, math.ceil(budget.samples / batch)))
-
-
-def _split(samples: int, prompts: int, group_size: int, axis: str) -> tuple[int, int]:
-    samples = max(1, int(samples))
-    if axis == "group_size":
-        return prompts, max(1, round(samples / prompts))
-    return max(1, round(samples / group_size)), group_size
+def _reshape(samples: int, prompts: int, group_size: int, axis: str) -> tuple[int, int]:
+    """(P, G) with P * G close to ``samples``, changing only ``axis``."""
+    return reshape_batch(samples, prompts, group_size,
+                         "columns" if axis == "group_size" else "rows")

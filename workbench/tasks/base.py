@@ -8,7 +8,9 @@ across tasks: ``train/loss``, ``train/accuracy``, ``train/grad_norm``, ``method/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -30,6 +32,31 @@ class Budget(Strict):
     steps: int = Field(100, ge=1, le=10_000_000)
     samples: int | None = Field(None, ge=1)
     wall_seconds: float | None = Field(None, gt=0)
+
+    def spent(self, samples: int, seconds: float) -> bool:
+        """Whether ``samples`` or ``seconds`` used so far reach their limit (steps are the
+        loop's own count)."""
+        return ((self.samples is not None and samples >= self.samples)
+                or (self.wall_seconds is not None and seconds >= self.wall_seconds))
+
+    def planned_steps(self, batch: int) -> int:
+        """Steps the budget allows at ``batch`` samples each: the horizon schedules use."""
+        if self.samples is None:
+            return self.steps
+        return max(1, min(self.steps, math.ceil(self.samples / batch)))
+
+
+@contextmanager
+def cpu_threads(device: torch.device, threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch threads on the CPU (None, or another device: as
+    is), restoring the previous count afterwards."""
+    before = torch.get_num_threads()
+    if device.type == "cpu" and threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Task:

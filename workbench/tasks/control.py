@@ -19,7 +19,7 @@ from workbench.envs import make
 from workbench.rl.control_loop import LoopSettings, train
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings
-from workbench.tasks.base import Task, TaskParams
+from workbench.tasks.base import Task, TaskParams, cpu_threads
 
 ADVANTAGE_INPUTS = frozenset({"rewards", "values", "dones", "terminated", "next_values", "mask"})
 
@@ -71,13 +71,8 @@ class Control(Task):
     default_env = "CartPole-v1"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        threads = torch.get_num_threads()
-        if device.type == "cpu" and params.cpu_threads is not None:
-            torch.set_num_threads(params.cpu_threads)
-        try:
+        with cpu_threads(device, params.cpu_threads):
             return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
-        finally:
-            torch.set_num_threads(threads)
 
     def _run(self, params, methods, *, seed, device, budget, log):
         dtype = getattr(torch, params.dtype)

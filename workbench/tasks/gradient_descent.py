@@ -197,8 +197,6 @@ def train(
         if not math.isfinite(metrics["train/loss"]):
             diverged = True
             break
-        if budget.samples is not None and samples >= budget.samples:
-            break
-        if budget.wall_seconds is not None and seconds >= budget.wall_seconds:
+        if budget.spent(samples, seconds):
             break
     return {**metrics, "steps": step, "diverged": diverged}

@@ -23,7 +23,7 @@ from workbench.rlvr.loop import RLSettings, train
 from workbench.rlvr.model import ModelConfig, load_policy
 from workbench.rlvr.problems import Difficulty, splits
 from workbench.rlvr.warmup import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_STEPS, warm_up
-from workbench.tasks.base import Task, TaskParams
+from workbench.tasks.base import Task, TaskParams, cpu_threads
 
 
 class RLVRParams(TaskParams):
@@ -125,13 +125,8 @@ class RLVRArith(Task):
     default_objective = "eval/accuracy"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        threads = torch.get_num_threads()
-        if device.type == "cpu" and params.cpu_threads is not None:
-            torch.set_num_threads(params.cpu_threads)
-        try:
+        with cpu_threads(device, params.cpu_threads):
             return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
-        finally:
-            torch.set_num_threads(threads)
 
     def _run(self, params, methods, *, seed, device, budget, log):
         transformers_logging.disable_progress_bar()  # no bars from saving or loading weights
