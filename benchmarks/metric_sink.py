@@ -9,6 +9,10 @@ Write side (one process; on SQLite a fresh store file for each measurement):
 ``executemany`` of the same rows into the same two tables (``metrics`` and ``latest_metrics``:
 MLflow's schema, the limit; on PostgreSQL a bare COPY); and the sink, sustained from the
 first ``log`` to the end of ``flush``. Producer cost: time inside ``log`` per point.
+Writer lag: while a producer logs flat out through a sink with the engine's settings, how far
+the writer runs behind, in seconds and points, sampled every 10 ms: what a SIGKILL at that
+moment would lose. This is the wall-clock figure; the sink promises (and tests/test_sink.py
+checks) only a bound in points, since a loaded machine can leave the writer further behind.
 Read side: every point of RUNS x STEPS x 4 metrics into one DataFrame through
 ``workbench.results.metric_history`` (one query) against ``MlflowClient.get_metric_history``
 run by run (timed on a sample of runs and scaled to all of them, as the output says).
@@ -21,6 +25,7 @@ import contextlib
 import logging
 import sqlite3
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -130,6 +135,42 @@ def bench_sink(url, steps, runs=1):
     return points / elapsed, in_log / points * 1e6, client, experiment, run_ids
 
 
+def bench_lag(url, seconds):
+    """Samples (seconds, points) of what is logged but not committed, every 10 ms, while one
+    producer logs 4 metrics a step flat out for `seconds` (pausing 10 ms every 500 steps, as a
+    loop between evaluations); and the steps logged."""
+    from workbench.sink import MetricSink
+
+    client, experiment = make_store(url)
+    run = new_run(client, experiment)
+    logged_at: list[float] = []  # when each step's log() returned
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    with MetricSink(url) as sink:  # the engine's settings
+        def monitor():
+            while not stop.is_set():
+                now, written, logged = time.perf_counter(), sink._written, len(logged_at)
+                if written < logged:  # the oldest uncommitted step is step `written`
+                    samples.append((now - logged_at[written], 4 * (logged - written)))
+                else:
+                    samples.append((0.0, 0))
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=monitor, daemon=True)
+        watcher.start()
+        started, step = time.perf_counter(), 0
+        while time.perf_counter() - started < seconds:
+            sink.log(run, step, {"a": step, "b": -step, "c": step * 0.5, "d": 1.0})
+            logged_at.append(time.perf_counter())
+            step += 1
+            if step % 500 == 0:
+                time.sleep(0.01)
+        stop.set()
+        watcher.join()
+        bound = 2 * (sink.max_pending + 4 - 1)
+    return samples, step, bound
+
+
 def bench_read(url, runs, steps, sample):
     from workbench import results
     from workbench.store import Store
@@ -182,6 +223,13 @@ def report(label, fresh, sizes):
           f"{sink_rate / bare_rate:6.2f}x of it; limit/sink = {bare_rate / sink_rate:.2f} "
           f"(target <= 1.5)")
     print(f"producer cost per point     {producer_us:12.2f} us        (target <= 5 us)")
+    samples, steps_logged, bound = bench_lag(fresh("lag"), sizes["lag_seconds"])
+    lags = sorted(lag for lag, _ in samples)
+    print(f"writer lag behind a flat-out producer ({steps_logged:,} steps x 4 metrics in "
+          f"{sizes['lag_seconds']} s, {len(samples)} samples): median "
+          f"{lags[len(lags) // 2]:.3f} s, p99 {lags[int(len(lags) * 0.99)]:.3f} s, max "
+          f"{lags[-1]:.3f} s; at most {max(p for _, p in samples):,} points (what a SIGKILL "
+          f"would lose; promised: <= {bound:,} points)")
     runs, steps, sample = sizes["read"]
     ours, theirs, n = bench_read(url, runs, steps, sample)
     print(f"read {runs} runs x {steps} steps x 4 metrics ({n:,} points): one query "
@@ -196,9 +244,9 @@ def main() -> None:
                                            "(an MLflow store is created in it)")
     args = parser.parse_args()
     sizes = ({"sink_steps": 20_000, "batch_steps": 2_000, "single_points": 100,
-              "read": (100, 1000, 10)} if args.quick else
+              "read": (100, 1000, 10), "lag_seconds": 3} if args.quick else
              {"sink_steps": 100_000, "batch_steps": 5_000, "single_points": 300,
-              "read": (1000, 1000, 25)})
+              "read": (1000, 1000, 25), "lag_seconds": 10})
     with tempfile.TemporaryDirectory() as folder:
         report("SQLite", lambda name: f"sqlite:///{folder}/{name}.mlflow.db", sizes)
     if args.postgres:  # one database: each measurement writes its own new runs

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.waiting import scaled, tail
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -40,10 +42,23 @@ def write_spec(tmp_path):
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``workbench ARGS`` in a child process, as a user would run it."""
+    """``workbench ARGS`` in a child process, as a user would run it.
+
+    ``timeout`` only stops a hung command; it is scaled by WORKBENCH_TEST_TIMEOUT_SCALE
+    (tests/waiting.py), and running past it fails with the command's output so far."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "workbench", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    command = [sys.executable, "-m", "workbench", *map(str, args)]
+    try:
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True,
+                              timeout=scaled(timeout), env=env)
+    except subprocess.TimeoutExpired as err:
+        output = {name: data.decode(errors="replace") if isinstance(data, bytes) else data
+                  for name, data in (("stdout", err.stdout), ("stderr", err.stderr))}
+        raise AssertionError(
+            f"waited {scaled(timeout):.0f} s for `workbench {' '.join(map(str, args))}` to "
+            f"exit (raise WORKBENCH_TEST_TIMEOUT_SCALE on a slow machine); it was killed; its "
+            f"stderr ended with:\n{tail(output['stderr'])}\nits stdout ended with:\n"
+            f"{tail(output['stdout'])}") from None
 
 
 def files_under(path: Path) -> set[Path]:

@@ -4,10 +4,11 @@ import json
 import socket
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
 
 from tests.conftest import run_cli, tiny_spec
+from tests.waiting import scaled, tail, wait_until
 
 
 def test_run_twice_with_the_same_seed_gives_the_same_final_metrics(tmp_path):
@@ -46,27 +47,54 @@ def _free_port() -> int:
 def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=1, methods={"step_size": ["constant"]},
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))
-    assert run_cli("sweep", path, "--quiet", cwd=tmp_path).returncode == 0
+    sweep = run_cli("sweep", path, "--quiet", cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "ui", str(path), "--port",
-                             str(port)], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
-                            stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    out_file, err_file = tmp_path / "ui.out", tmp_path / "ui.err"
+    with open(out_file, "w") as out, open(err_file, "w") as err:  # files: no pipe to fill
+        proc = subprocess.Popen([sys.executable, "-m", "workbench", "ui", str(path), "--port",
+                                 str(port)], cwd=tmp_path, stdout=out, stderr=err, text=True,
+                                start_new_session=True)
+    url = (f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name"
+           "?experiment_name=tiny")
+    seen = {"answer": "no request made yet"}
+
+    def state() -> str:
+        exited = "running" if proc.poll() is None else f"exited with code {proc.returncode}"
+        return (f"the ui process is {exited}; last answer: {seen['answer']}; its stdout: "
+                f"{tail(out_file.read_text())!r}; its stderr ended with:\n"
+                f"{tail(err_file.read_text())}")
+
+    def alive(what: str) -> None:
+        if proc.poll() is not None:
+            raise AssertionError(f"the ui process ended before {what}: {state()}")
+
+    def printed_two_lines():
+        alive("it printed its addresses")
+        lines = out_file.read_text().splitlines()
+        return lines[:2] if len(lines) >= 2 else None
+
+    def answer():
+        alive("it answered")
+        try:
+            with urllib.request.urlopen(url, timeout=scaled(10)) as response:
+                body = response.read().decode()
+                seen["answer"] = f"HTTP {response.status}, body {body[:500]!r}"
+                return body if response.status == 200 and body.strip() else None
+        except urllib.error.HTTPError as err:  # e.g. 503 while the server starts
+            seen["answer"] = f"HTTP {err.code}, body {err.read()[:500]!r}"
+        except OSError as err:  # not listening yet
+            seen["answer"] = repr(err)
+        return None
+
     try:
-        assert f"http://127.0.0.1:{port}" in proc.stdout.readline()
-        flat = proc.stdout.readline()
+        address, flat = wait_until(printed_two_lines, "the ui's two address lines", 120,
+                                   describe_state=state)
+        assert f"http://127.0.0.1:{port}" in address
         assert "every run of tiny, best first" in flat and "orderByKey=metrics" in flat
-        deadline, body = time.time() + 90, ""
-        while time.time() < deadline:
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name"
-                    "?experiment_name=tiny")
-                body = urllib.request.urlopen(request, timeout=5).read().decode()
-                break
-            except OSError:
-                time.sleep(1)
-        assert '"name": "tiny"' in body or '"name":"tiny"' in body
+        body = wait_until(answer, f"an HTTP 200 with a body from {url}", 300,
+                          describe_state=state, interval=0.5)
+        assert json.loads(body)["experiment"]["name"] == "tiny", body
     finally:
         from tests.test_ui_browser import _kill_group
 

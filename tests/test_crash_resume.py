@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, tiny_spec
+from tests.waiting import communicate, kill, tail, wait_until
 from workbench import engine, spec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -25,25 +26,30 @@ def start_sweep(path, cwd, *extra):
                             text=True, start_new_session=True)
 
 
-def wait_for_metrics(mlflow_url, rows_wanted, proc, timeout=120):
-    import sqlalchemy as sa
+def _alive(proc, what):
+    """Fail at once, with its stderr, if the sweep `proc` exited before `what` happened."""
+    if proc.poll() is not None:
+        raise AssertionError(f"the sweep exited with code {proc.returncode} before {what}; "
+                             f"its stderr ended with:\n{tail(proc.stderr.read())}")
 
-    engine = sa.create_engine(mlflow_url, poolclass=sa.pool.NullPool)
-    deadline = time.time() + timeout
+
+def wait_for_metrics(mlflow_url, rows_wanted, proc, timeout=600):
+    """Until the store holds `rows_wanted` metric rows (the sweep is alive and logging)."""
+    what = f"{rows_wanted} metric rows in {mlflow_url.split('@')[-1]}"
+    seen = {"rows": None}
+
+    def enough():
+        _alive(proc, what)
+        seen["rows"] = metric_rows(mlflow_url)
+        return seen["rows"] >= rows_wanted
+
     try:
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.3)
-            try:
-                with engine.connect() as conn:
-                    rows = conn.execute(sa.text("SELECT COUNT(*) FROM metrics")).scalar()
-                if rows >= rows_wanted:
-                    return
-            except sa.exc.SQLAlchemyError:
-                pass  # not created yet
-    finally:
-        engine.dispose()
-    raise AssertionError("the sweep logged no metrics in time")
+        wait_until(enough, what, timeout, interval=0.3,
+                   describe_state=lambda: f"{seen['rows']} metric rows; the sweep is running")
+    except BaseException:
+        kill(proc)
+        proc.wait()
+        raise
 
 
 def metric_rows(mlflow_url) -> int:
@@ -54,22 +60,56 @@ def metric_rows(mlflow_url) -> int:
         with engine.connect() as conn:
             return conn.execute(sa.text("SELECT COUNT(*) FROM metrics")).scalar()
     except sa.exc.SQLAlchemyError:
-        return 0
+        return 0  # not created yet
     finally:
         engine.dispose()
 
 
-def wait_for_a_running_trial(storage, proc, timeout=60):
+def trial_states(storage) -> dict[str, dict[str, int]]:
+    """{study: {state name: count}} in the store (empty before any study exists)."""
+    states = {}
+    for name in optuna.get_all_study_names(storage):
+        counts: dict[str, int] = {}
+        for trial in optuna.load_study(study_name=name, storage=storage).get_trials():
+            counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+        states[name] = counts
+    return states
+
+
+def wait_for_a_running_trial(storage, proc, timeout=300):
     """Until some trial is RUNNING (so the kill lands inside one, not between two)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        for name in optuna.get_all_study_names(storage):
-            trials = optuna.load_study(study_name=name, storage=storage).get_trials()
-            if any(t.state == TrialState.RUNNING for t in trials):
-                return
-        time.sleep(0.05)
-    raise AssertionError("no trial was running")
+    what = "a RUNNING trial to kill the sweep inside"
+    seen = {"states": None}
+
+    def running():
+        _alive(proc, what)
+        seen["states"] = trial_states(storage)
+        return any(c.get("RUNNING") for c in seen["states"].values())
+
+    try:
+        wait_until(running, what, timeout, interval=0.05,
+                   describe_state=lambda: f"trial states {seen['states']}")
+    except BaseException:
+        kill(proc)
+        proc.wait()
+        raise
+
+
+def wait_for_sweeps(procs, storage, what, timeout=900):
+    """Until every sweep process in `procs` exits; each must exit 0. Returns their stderr."""
+    errors = []
+    try:
+        for proc in procs:
+            _, err = communicate(proc, what, timeout,
+                                 describe_state=lambda: f"trial states {trial_states(storage)}")
+            assert proc.returncode == 0, err
+            errors.append(err)
+    finally:
+        for proc in procs:  # the others, when one failed
+            if proc.poll() is None:
+                kill(proc)
+                proc.wait()
+    return errors
 
 
 def mlflow_url_of(storage: str) -> str:
@@ -137,9 +177,8 @@ def test_two_sweep_processes_on_one_sqlite_store(write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=4, storage=f"sqlite:///{tmp_path / 'store.db'}"))
     first = start_sweep(path, tmp_path, "--workers", "2")
     second = start_sweep(path, tmp_path, "--workers", "2")  # four workers on one store
-    for proc in (first, second):
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+    for err in wait_for_sweeps([first, second], f"sqlite:///{tmp_path / 'store.db'}",
+                               "two sweep processes of 2 workers each to finish on SQLite"):
         assert "locked" not in err and "Traceback" not in err
     check_store(f"sqlite:///{tmp_path / 'store.db'}",
                 f"sqlite:///{tmp_path / 'store.mlflow.db'}", "tiny",
@@ -151,9 +190,8 @@ def test_workers_on_postgresql(postgres, write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=4, storage=url))
     first = start_sweep(path, tmp_path, "--workers", "2")
     second = start_sweep(path, tmp_path, "--workers", "2")  # four workers on one store
-    for proc in (first, second):
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+    for err in wait_for_sweeps([first, second], url,
+                               "two sweep processes of 2 workers each to finish on PostgreSQL"):
         assert "Traceback" not in err
     client, runs = check_store(url, mlflow_url_of(url), "tiny",
                                ["tiny.step_size=constant", "tiny.step_size=polyak"], 4)

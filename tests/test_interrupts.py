@@ -4,7 +4,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import optuna
 import pytest
@@ -12,6 +11,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import tiny_spec
+from tests.waiting import communicate, kill, tail, wait_until
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -23,19 +23,29 @@ def test_a_signal_flushes_metrics_and_marks_the_runs(signum, write_spec, tmp_pat
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     mlflow_db = tmp_path / "store.mlflow.db"
-    deadline = time.time() + 120
-    rows = 0
-    while time.time() < deadline and rows < 2000:
-        time.sleep(0.5)
+    seen = {"rows": 0}
+
+    def logged_2000_rows():
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep exited with code {proc.returncode} before "
+                                 f"logging 2000 metric rows: {tail(proc.stderr.read())}")
         if mlflow_db.exists():
             try:
                 with sqlite3.connect(mlflow_db, timeout=5) as conn:
-                    rows = conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+                    seen["rows"] = conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
             except sqlite3.OperationalError:
-                rows = 0
-    assert rows >= 2000, proc.stderr.read() if proc.poll() is not None else "no metrics"
+                pass  # not created yet, or busy
+        return seen["rows"] >= 2000
+
+    try:
+        wait_until(logged_2000_rows, "2000 metric rows from the sweep", 600, interval=0.5,
+                   describe_state=lambda: f"{seen['rows']} metric rows; the sweep is running")
+    except BaseException:
+        kill(proc)  # a million steps: it would run on after the test
+        proc.wait()
+        raise
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=180)
+    _, err = communicate(proc, f"the sweep to exit after {signal.Signals(signum).name}", 300)
     assert proc.returncode != 0 and "Traceback" not in err
     trial = optuna.load_study(study_name="tiny.step_size=constant",
                               storage=f"sqlite:///{db}").get_trials()[0]

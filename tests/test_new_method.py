@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_spec
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def test_scaffold_fill_in_check_and_sweep(scaffolded, write_spec, tmp_path):
     assert "1 of 1 methods meet their family contract" in check.stdout
     pytest_run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                  str(ROOT / "tests" / f"test_method_{name}.py")], cwd=ROOT,
-                                capture_output=True, text=True, timeout=300)
+                                capture_output=True, text=True, timeout=scaled(300))
     assert pytest_run.returncode == 0, pytest_run.stdout
 
     once = run_cli("run", "logreg", f"step_size={name}", "step_size.lr=0.4", "--steps", "30",

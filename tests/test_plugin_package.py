@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_spec
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +17,7 @@ PACKAGE = "workbench-demo-plugin"
 
 def pip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=scaled(300))
 
 
 @pytest.fixture

@@ -7,15 +7,15 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from tests.waiting import scaled, tail, wait_until
 from workbench import results
-from workbench.sink import KNOWN_REVISIONS, MetricSink
+from workbench.sink import WRITTEN, MetricSink
 from workbench.store import Store
 
 POINTS = [  # (key, value, timestamp_ms, step): NaN, +-Inf, duplicates, steps out of order
@@ -111,25 +111,32 @@ def test_read_side_matches_the_client_on_sqlite(store):
     assert_read_side_matches(url, client, experiment, [ours, theirs])
 
 
-def test_schema_is_known_or_the_sink_falls_back(store, caplog):
+def test_the_sink_writes_directly_where_the_tables_are_as_it_writes_them(store):
+    """The fast path is taken on the installed MLflow's schema, whose tables are read here
+    with plain SQL; a layout it does not write (a column it does not know) takes the
+    fallback."""
     url, client, _ = store
     path = url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as db:
-        revision = db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
-        columns = {t: [row[1] for row in db.execute(f"PRAGMA table_info({t})")]
-                   for t in ("metrics", "latest_metrics")}
-    assert set(columns["metrics"]) == {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
-    assert set(columns["latest_metrics"]) == set(columns["metrics"])
+        layout = {t: [(row[1], row[5]) for row in db.execute(f"PRAGMA table_info({t})")]
+                  for t in ("metrics", "latest_metrics")}
+    assert {name for name, _ in layout["metrics"]} == WRITTEN["metrics"][0]
+    assert {name for name, pk in layout["latest_metrics"] if pk} == {"key", "run_uuid"}
     with MetricSink(url) as sink:
-        assert sink.fast == (revision in KNOWN_REVISIONS)
+        assert sink.fast
+    other = {**WRITTEN, "metrics": (WRITTEN["metrics"][0] | {"dataset_id"}, WRITTEN["metrics"][1])}
+    with MetricSink(url, written=other) as sink:
+        assert not sink.fast
+
+
+UNKNOWN = {"metrics": (frozenset({"a column no store has"}), frozenset())}
 
 
 def test_unknown_schema_writes_through_log_batch_and_says_so_once(store, caplog):
     url, client, experiment = store
     with caplog.at_level(logging.WARNING, logger="workbench.sink"):
-        ours, theirs = log_both(client, experiment, {"known_revisions": frozenset()}, url,
-                                [POINTS])
-        MetricSink(url, known_revisions=frozenset()).close()
+        ours, theirs = log_both(client, experiment, {"written": UNKNOWN}, url, [POINTS])
+        MetricSink(url, written=UNKNOWN).close()
     warnings = [r for r in caplog.records if "is not one it knows" in r.getMessage()]
     assert len(warnings) <= 1
     for key in {p[0] for p in POINTS}:
@@ -143,19 +150,33 @@ def test_a_full_queue_slows_the_producer_instead_of_growing(store, tmp_path):
     blocker = sqlite3.connect(tmp_path / "m.db", isolation_level=None,
                               check_same_thread=False)
     blocker.execute("BEGIN EXCLUSIVE")  # the writer cannot commit while this is held
-    release = threading.Timer(1.0, lambda: blocker.execute("COMMIT"))
-    release.start()
     sink = MetricSink(url, max_pending=500, flush_interval=0.01)
-    started = time.perf_counter()
-    waited = 0.0
-    for step in range(400):
-        before = time.perf_counter()
-        sink.log(run, step, {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0})
-        waited = max(waited, time.perf_counter() - before)
+    logged = []  # steps whose log() returned
+
+    def produce():
+        for step in range(400):  # 1,600 points, more than the queue and one batch hold
+            sink.log(run, step, {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0})
+            logged.append(step)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        # Nothing can be committed, so the producer must come to a stop with the queue full:
+        # at most the queue (max_pending points plus one step's) and the batch the writer is
+        # stuck on (as many again) ahead of the store.
+        wait_until(lambda: sink._pending >= sink.max_pending, "the producer to fill the queue",
+                   120, describe_state=lambda: f"{len(logged)} steps logged, "
+                   f"{sink._pending} points pending, producer alive: {producer.is_alive()}")
+        held_at = len(logged)
+        assert producer.is_alive() and held_at < 400
+        assert held_at * 4 <= 2 * (500 + 4 - 1), held_at
+        assert client.get_metric_history(run, "d") == []  # the lock held: nothing committed
+    finally:
+        blocker.execute("COMMIT")
+    producer.join(scaled(120))
+    assert not producer.is_alive(), f"the producer stayed blocked at step {len(logged)}"
     sink.close()
-    release.join()
     assert sink.peak_pending <= 500 + 4
-    assert waited > 0.5 and time.perf_counter() - started < 60  # blocked while the lock held
     assert len(client.get_metric_history(run, "d")) == 400
 
 
@@ -167,37 +188,76 @@ def test_writer_errors_reach_the_producer(store):
         sink.flush()
 
 
+# A child process that logs steps of 4 metrics into a sink and is then SIGKILLed. It writes the
+# number of steps whose log() has returned into an 8-byte shared file (`counter`, which outlives
+# the kill), and prints a line `flushed N` when flush() returned with steps 0 .. N-1 in it.
 CHILD = textwrap.dedent("""
-    import sys, time
+    import mmap, sys
     from workbench.sink import MetricSink
-    url, run = sys.argv[1], sys.argv[2]
-    sink = MetricSink(url, flush_interval=0.05)
+    url, run, counter_path = sys.argv[1:4]
+    flush_interval, max_pending, flush_every, stop_after = map(float, sys.argv[4:8])
+    with open(counter_path, "r+b") as f:
+        counter = mmap.mmap(f.fileno(), 8)
+    sink = MetricSink(url, flush_interval=flush_interval, max_pending=int(max_pending))
     step = 0
-    while True:
+    while step < stop_after:
         sink.log(run, step, {"a": step, "b": -step, "c": step * 0.5, "d": 1.0})
         step += 1
-        if step % 500 == 0:
-            print(time.time(), step, flush=True)
-            time.sleep(0.01)
+        counter[:8] = step.to_bytes(8, "little")
+        if step % flush_every == 0:
+            sink.flush()
+            print("flushed", step, flush=True)
+    print("stopped", step, flush=True)
+    sys.stdin.readline()  # wait for the kill with everything after the last flush queued
 """)
 
 
-def test_sigkill_loses_at_most_the_last_second_and_leaves_the_store_consistent(store, tmp_path):
-    url, client, experiment = store
-    run = client.create_run(experiment).info.run_id
-    child = subprocess.Popen([sys.executable, "-c", CHILD, url, run], stdout=subprocess.PIPE,
-                             text=True)
-    progress = []
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        stamp, step = child.stdout.readline().split()
-        progress.append((float(stamp), int(step)))
-        if progress[-1][0] - progress[0][0] > 2.0:
-            break
-    killed_at = time.time()
-    child.kill()
-    child.wait()
-    with sqlite3.connect(tmp_path / "m.db") as db:
+class Child:
+    def __init__(self, url, run, tmp_path, *, flush_interval, max_pending, flush_every,
+                 stop_after=float("inf")):
+        self.counter = tmp_path / "logged"
+        self.counter.write_bytes(bytes(8))
+        self.out, self.err = tmp_path / "child.out", tmp_path / "child.err"
+        with open(self.out, "w") as stdout, open(self.err, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD, url, run, str(self.counter),
+                 *map(str, (flush_interval, max_pending, flush_every, stop_after))],
+                stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, text=True)
+
+    def lines(self, word: str) -> list[int]:
+        """The step counts of the complete lines starting with `word`."""
+        text = self.out.read_text()
+        lines = text[: text.rfind("\n") + 1].splitlines()
+        return [int(line.split()[1]) for line in lines if line.startswith(word)]
+
+    def logged(self) -> int:
+        """Steps whose log() returned (one less at most, if killed between the two)."""
+        return int.from_bytes(self.counter.read_bytes()[:8], "little")
+
+    def state(self) -> str:
+        return (f"flushes confirmed at steps {self.lines('flushed')}, {self.logged()} steps "
+                f"logged, child {'running' if self.proc.poll() is None else 'exited'}; its "
+                f"stderr: {tail(self.err.read_text())}")
+
+    def wait_then_kill(self, condition, what):
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the child exited with {self.proc.returncode} before "
+                                     f"{what}: {self.state()}")
+            return condition()
+
+        try:
+            wait_until(ready, what, 300, describe_state=self.state)
+        finally:
+            self.proc.kill()  # SIGKILL
+            self.proc.wait()
+            self.proc.stdin.close()
+
+
+def stored_steps(db_path, run) -> int:
+    """How many steps of the run the store holds, checking that a kill left it consistent:
+    whole batches only, no holes, latest_metrics at the last stored step."""
+    with sqlite3.connect(db_path) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         steps = {key: sorted(s for (s,) in db.execute(
             "SELECT step FROM metrics WHERE run_uuid = ? AND key = ?", (run, key)))
@@ -205,8 +265,44 @@ def test_sigkill_loses_at_most_the_last_second_and_leaves_the_store_consistent(s
         latest_steps = dict(db.execute(
             "SELECT key, step FROM latest_metrics WHERE run_uuid = ?", (run,)).fetchall())
     assert steps["a"] == steps["b"] == steps["c"] == steps["d"]  # whole batches only
-    assert steps["a"] == list(range(len(steps["a"])))  # no holes
-    assert latest_steps == dict.fromkeys("abcd", steps["a"][-1])
-    reached_a_second_before = max(s for t, s in progress if t <= killed_at - 1.0)
-    assert steps["a"][-1] + 1 >= reached_a_second_before
+    stored = len(steps["a"])
+    assert steps["a"] == list(range(stored))  # no holes
+    assert latest_steps == (dict.fromkeys("abcd", stored - 1) if stored else {})
+    return stored
+
+
+def test_sigkill_loses_nothing_logged_before_the_last_flush(store, tmp_path):
+    """The writer never wakes by itself here (an hour's flush interval, a queue that never
+    fills): what is stored after the kill is exactly what flush() committed."""
+    url, client, experiment = store
+    run = client.create_run(experiment).info.run_id
+    child = Child(url, run, tmp_path, flush_interval=3600, max_pending=10**9, flush_every=1000,
+                  stop_after=2500)
+    child.wait_then_kill(lambda: child.lines("stopped"), "the child to log 2,500 steps")
+    assert child.lines("flushed") == [1000, 2000] and child.logged() == 2500
+    assert stored_steps(tmp_path / "m.db", run) == 2000  # the flushed steps, not the 500 after
+    assert client.get_run(run).info.status == "RUNNING"
+
+
+MAX_PENDING = 400  # points
+
+
+def test_sigkill_while_logging_loses_at_most_the_queue_and_one_batch(store, tmp_path):
+    """Killed at a moment it is logging flat out (flushing every 3,000 steps): nothing before
+    the last confirmed flush is lost, and of what came after at most the queue (max_pending
+    points plus one step's) and the batch being written (as many again)."""
+    url, client, experiment = store
+    run = client.create_run(experiment).info.run_id
+    child = Child(url, run, tmp_path, flush_interval=0.05, max_pending=MAX_PENDING,
+                  flush_every=3000)
+    child.wait_then_kill(
+        lambda: len(child.lines("flushed")) >= 3 and child.logged() > child.lines("flushed")[-1],
+        "three confirmed flushes and more steps logged after the last")
+    last_flush, logged = child.lines("flushed")[-1], child.logged()
+    stored = stored_steps(tmp_path / "m.db", run)
+    assert stored >= last_flush, f"flushed {last_flush} steps, only {stored} stored"
+    lost_points = 4 * (logged - stored)
+    assert lost_points <= 2 * (MAX_PENDING + 4 - 1), (
+        f"{logged} steps logged, {stored} stored: {lost_points} points lost, more than the "
+        f"queue and one batch hold")
     assert client.get_run(run).info.status == "RUNNING"

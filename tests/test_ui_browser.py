@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_spec
+from tests.waiting import scaled, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 METHODS = ("constant", "polyak")
@@ -71,7 +72,7 @@ def _chromium(tmp_path: Path, profile: str, url: str, screenshot: Path, budget_m
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
                                 start_new_session=True)
         try:
-            return proc.communicate(timeout=60)[0]
+            return proc.communicate(timeout=scaled(120))[0]
         finally:
             _kill_group(proc)
 
@@ -103,16 +104,19 @@ def _png_size(path: Path) -> tuple[int, int]:
 def _experiment_id(base: str, name: str) -> str:
     """Poll the UI's REST API until it answers; the experiment's id."""
     query = urllib.parse.urlencode({"experiment_name": name})
-    deadline = time.time() + 60
-    while True:
+    url = f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}"
+    seen = {"answer": "no request made yet"}
+
+    def answer():
         try:
-            with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?{query}",
-                                        timeout=5) as response:
+            with urllib.request.urlopen(url, timeout=scaled(5)) as response:
                 return json.load(response)["experiment"]["experiment_id"]
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.5)
+        except OSError as err:
+            seen["answer"] = repr(err)
+            return None
+
+    return wait_until(answer, f"the UI's REST API to answer {url}", 300, interval=0.5,
+                      describe_state=lambda: f"last answer: {seen['answer']}")
 
 
 def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec, tmp_path):

@@ -13,10 +13,18 @@ being written). A background thread drains the queue every
 - ``latest_metrics``: per (run, key) the point with the greatest (step, timestamp, value),
   compared with the stored one exactly as MLflow compares them.
 
-A transaction is all or nothing, so a killed process leaves whole batches and at most the last
-``flush_interval`` seconds unwritten; the run's status is the engine's to set (RUNNING until
-it ends). At start-up the sink reads the store's Alembic revision; for a schema it does not
-know it says so once and writes through ``MlflowClient.log_batch`` instead.
+What a killed process (SIGKILL, OOM) loses is bounded in points, not seconds. A transaction is
+all or nothing, so the store keeps whole batches only; nothing queued before the last
+``flush()`` that returned is lost; of what was logged after it, at most the queue
+(``max_pending`` points, plus the metrics of the one ``log`` call that filled it) and the batch
+being written (as many again) is lost. How many seconds of logging that is depends on the
+machine: the writer drains every ``flush_interval`` seconds (or sooner, when the queue fills or
+``flush()`` asks), but a loaded machine can leave it further behind, so only the bound in points
+is promised (``benchmarks/metric_sink.py`` prints the lag it measures). The run's status is the
+engine's to set (RUNNING until it ends). At start-up the sink reads the columns and primary
+keys of the two tables it writes, not a revision id (MLflow's revisions change far more often
+than these tables); where they differ from ``WRITTEN`` it says so once and writes through
+``MlflowClient.log_batch`` instead.
 """
 
 from __future__ import annotations
@@ -32,9 +40,13 @@ from urllib.parse import unquote
 
 from sqlalchemy.engine import make_url
 
-# Alembic heads of MLflow's tracking schema whose metrics / latest_metrics tables this sink
-# writes (checked column by column in tests/test_sink.py).
-KNOWN_REVISIONS = frozenset({"dc11669786a5"})
+# What the sink writes: per table, its columns and the primary key its ON CONFLICT relies on.
+WRITTEN = {
+    "metrics": (frozenset({"key", "value", "timestamp", "run_uuid", "step", "is_nan"}),
+                frozenset({"key", "value", "timestamp", "run_uuid", "step", "is_nan"})),
+    "latest_metrics": (frozenset({"key", "value", "timestamp", "step", "is_nan", "run_uuid"}),
+                       frozenset({"key", "run_uuid"})),
+}
 MAX_FLOAT = 1.7976931348623157e308
 _warned: set[str] = set()
 log = logging.getLogger(__name__)
@@ -87,12 +99,10 @@ class _SqliteWriter:
         self.db.execute("PRAGMA synchronous=NORMAL")  # safe with WAL: no corruption on a crash
         self.db.execute("PRAGMA foreign_keys=ON")  # as MLflow: a metric needs its run
 
-    def revision(self) -> str | None:
-        try:
-            row = self.db.execute("SELECT version_num FROM alembic_version").fetchone()
-        except sqlite3.OperationalError:
-            return None
-        return row[0] if row else None
+    def layout(self, table: str) -> tuple[frozenset[str], frozenset[str]]:
+        """(columns, primary-key columns) of ``table``; empty when it does not exist."""
+        rows = self.db.execute(f"PRAGMA table_info({table})").fetchall()
+        return (frozenset(r[1] for r in rows), frozenset(r[1] for r in rows if r[5]))
 
     def write(self, rows, latest) -> None:
         for attempt in range(50):
@@ -143,16 +153,21 @@ class _PostgresWriter:
             password=unquote(parsed.password) if parsed.password else None,
             dbname=parsed.database, **dict(parsed.query))
 
-    def revision(self) -> str | None:
+    def layout(self, table: str) -> tuple[frozenset[str], frozenset[str]]:
+        """(columns, primary-key columns) of ``table``; empty when it does not exist."""
         with self.db.cursor() as cur:
-            try:
-                cur.execute("SELECT version_num FROM alembic_version")
-                row = cur.fetchone()
-            except Exception:
-                self.db.rollback()
-                return None
+            cur.execute("SELECT column_name FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = %s", (table,))
+            columns = frozenset(r[0] for r in cur.fetchall())
+            cur.execute("SELECT k.column_name FROM information_schema.table_constraints c "
+                        "JOIN information_schema.key_column_usage k "
+                        "ON k.constraint_name = c.constraint_name "
+                        "AND k.table_schema = c.table_schema AND k.table_name = c.table_name "
+                        "WHERE c.constraint_type = 'PRIMARY KEY' "
+                        "AND c.table_schema = current_schema() AND c.table_name = %s", (table,))
+            key = frozenset(r[0] for r in cur.fetchall())
         self.db.rollback()
-        return row[0] if row else None
+        return columns, key
 
     @staticmethod
     def copy_text(rows) -> io.StringIO:
@@ -217,11 +232,11 @@ class MetricSink:
     """
 
     def __init__(self, tracking_url: str, *, flush_interval: float = 0.25,
-                 max_pending: int = 200_000, known_revisions=KNOWN_REVISIONS):
+                 max_pending: int = 200_000, written=WRITTEN):
         self.url = tracking_url
         self.flush_interval = flush_interval
         self.max_pending = max_pending
-        self.writer = self._open(tracking_url, known_revisions)
+        self.writer = self._open(tracking_url, written)
         self._records: list = []
         self._pending = 0  # points queued, not yet taken by the writer
         self._queued = 0  # records ever queued
@@ -235,19 +250,19 @@ class MetricSink:
         self._thread.start()
 
     @staticmethod
-    def _open(url: str, known_revisions):
+    def _open(url: str, written):
         if url.startswith("sqlite:///"):
             writer = _SqliteWriter(url.removeprefix("sqlite:///"))
         elif url.startswith("postgresql"):
             writer = _PostgresWriter(url)
         else:
             writer = None
-        revision = writer.revision() if writer else None
-        if writer is not None and revision in known_revisions:
+        differ = [t for t, want in written.items() if writer and writer.layout(t) != want]
+        if writer is not None and not differ:
             return writer
         if writer is not None:
             writer.close()
-        reason = f"schema revision {revision!r}" if writer else "this kind of store"
+        reason = f"the layout of {', '.join(differ)}" if writer else "this kind of store"
         if url not in _warned:
             _warned.add(url)
             log.warning("metric sink: %s is not one it knows; writing through MLflow's "
