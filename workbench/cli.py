@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 EXIT_BAD_INPUT = 2
+EXIT_SHORT = 3  # `sweep`: a study ended with fewer finished trials than it asks for
 
 
 class UsageError(Exception):
@@ -129,7 +131,11 @@ def cmd_sweep(args) -> int:
     finally:
         bar.close()
     _print_status(sweep, final)
-    return 0
+    short = [s for s in final if s.shortfall()]
+    for s in short:
+        print(f"short: {s.label}: {s.finished} of {s.total} trials finished: {s.shortfall()}",
+              file=sys.stderr)
+    return EXIT_SHORT if short else 0
 
 
 def cmd_status(args) -> int:
@@ -156,12 +162,13 @@ def redact(url: str) -> str:
 
 
 def _reachable(url: str) -> None:
-    """A store on a server must answer before anything is written (exit 2 otherwise)."""
-    from workbench.store import Store, StoreUnreachable
+    """The store must be usable before anything is written (exit 2 otherwise): a server that
+    answers; databases absent, or complete at the installed schema revisions."""
+    from workbench.store import Store, StoreError
 
     try:
         Store.from_url(url).check()
-    except StoreUnreachable as err:
+    except StoreError as err:
         raise UsageError(str(err)) from None
 
 
@@ -179,11 +186,20 @@ def _print_status(sweep, statuses) -> None:
     for s in statuses:
         for reason, count in Counter(s.fail_reasons).most_common():
             print(f"  {s.label}: {count} failed trial(s): {reason}")
+        if s.stop_reason:
+            print(f"  {s.label}: {s.stop_reason}")
 
 
 def _parse_value(text: str):
+    """A command-line value as YAML reads it, the string itself where YAML cannot; YAML that
+    nests or expands too far, or repeats a key, is an error."""
+    from workbench import yamlsafe
+    from workbench.validation import shorten
+
     try:
-        return yaml.safe_load(text)
+        return yamlsafe.load(text)
+    except yamlsafe.Refused as err:
+        raise UsageError(f"the value {shorten(text)}: {err}") from None
     except (yaml.YAMLError, ValueError, TypeError, LookupError, AttributeError, OverflowError):
         return text  # not a YAML scalar: keep the string (and let validation say why)
 
@@ -257,6 +273,7 @@ def cmd_ui(args) -> int:
     sweep = spec.load(args.spec, storage=args.storage) if args.spec else None
     url = sweep.storage if sweep else (args.storage or spec.default_storage())
     url = spec.normalise_storage(url, "--storage", "")
+    _reachable(url)
     store = Store.from_url(url)
     if not store.exists():
         raise spec.SpecError("--storage", "", f"no store at {redact(url)}; run `workbench "
@@ -276,18 +293,40 @@ def cmd_ui(args) -> int:
             print(f"every run of {sweep.name}, best first: {base}/#/experiments/{experiment}"
                   f"/runs?orderByKey=metrics.%60objective%60&orderByAsc={ascending}",
                   flush=True)
-    command = [mlflow, "ui", "--backend-store-uri", store.mlflow_url, "--host", args.host,
+    backend, password = _password_apart(store.mlflow_url)
+    command = [mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
                "--port", str(args.port), "--workers", "1"]
+    # every local user can read a command line (/proc/PID/cmdline), not the environment
+    env = None if password is None else {**os.environ, "PGPASSWORD": password}
     try:
-        return subprocess.call(command)
+        return subprocess.call(command, env=env)
     except KeyboardInterrupt:
         return 0
+
+
+def _password_apart(url: str) -> tuple[str, str | None]:
+    """(the URL without its password, in the user part or a ``password`` query parameter;
+    the password or None). libpq reads the password from PGPASSWORD instead."""
+    from sqlalchemy.engine import URL, make_url
+
+    if url.startswith("sqlite:"):
+        return url, None
+    parsed = make_url(url)
+    password = parsed.password
+    if password is None and "password" in parsed.query:
+        password = parsed.query["password"]
+        password = password[-1] if isinstance(password, tuple) else password
+    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port,
+                      parsed.database, parsed.query).difference_update_query(["password"])
+    return bare.render_as_string(hide_password=False), password
 
 
 def cmd_report(args) -> int:
     from workbench import report
 
     spec = report.load_spec(args.spec, storage=args.storage)
+    for url in dict.fromkeys(sweep.storage for sweep in spec.sweeps):
+        _reachable(url)
     out = Path(args.out) if args.out else Path("reports") / "out" / spec.name
     try:
         written = report.build(spec, out)
@@ -323,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list tasks, their slots, parameters and metrics")
     p.set_defaults(func=cmd_tasks)
 
-    p = sub.add_parser("sweep", help="run or continue a sweep until every study is complete")
+    p = sub.add_parser("sweep", help="run or continue a sweep until every study is complete; "
+                                     f"exit code {EXIT_SHORT} when a study ended short (e.g. "
+                                     "stopped by max_failed_trials)")
     p.add_argument("spec", help="sweep spec (YAML)")
     p.add_argument("--workers", type=int, default=1, help="local worker processes")
     p.add_argument("--storage", help="store URL (overrides the spec): sqlite:///FILE or "

@@ -6,6 +6,16 @@ at once) never adds a trial beyond that number. A claimed trial samples its hype
 runs the task once per seed (one MLflow run each), reports intermediate values for pruning at
 ``pruner.report_points`` steps per seed (intermediate step ``seed_index * points + i``, the
 same for every trial) and returns the objective aggregated over seeds.
+
+A kill may land anywhere, and the next claim (under the same lock) repairs what it left:
+
+- a trial closes out by ending its MLflow run first and telling Optuna second, so a kill in
+  between leaves a RUNNING trial whose worker is gone;
+- such a trial is failed at once when it has no owner (its claimer died inside the claim, and
+  claims hold the lock), or its owner ran on this host and has ended; through its stale
+  heartbeat otherwise;
+- every MLflow run still RUNNING of a finished trial then takes that trial's status, and the run
+  of a trial whose worker died is FAILED, even one that ended before the trial was told.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import torch
 from optuna.trial import TrialState
 
 from workbench import stats, tracking
+from workbench.cache import cache_root
 from workbench.objective import ObjectiveTracker
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, StudyPlan, Sweep, load
@@ -136,8 +147,9 @@ class Heartbeat:
 
 def setup(sweep: Sweep, store: Store) -> None:
     """Create the store, the experiment, every study and its parent run (idempotent)."""
-    with store.lock(f"setup:{sweep.name}"):  # several processes may create the store at once
-        store.prepare()
+    with store.lock("store"):  # several processes, maybe of other sweeps, may create it at once
+        store.prepare(cache_root())
+    with store.lock(f"setup:{sweep.name}"):
         storage = store.optuna_storage()
         client = store.mlflow_client()
         experiment_id = tracking.ensure_experiment(client, sweep.name, store.artifact_root)
@@ -213,16 +225,8 @@ class Worker:
     def _claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
         with self.store.lock(plan.name), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # heartbeats with ask/tell are what we want here
-            optuna.storages.fail_stale_trials(study)
-            self._fail_dead_local_trials(study.get_trials(deepcopy=False))
-            trials = study.get_trials(deepcopy=False)
-            self._close_orphans(study, trials)
-            self._retry_crashed(study, trials)
-            trials = study.get_trials(deepcopy=False)
-            active = sum(t.state in FINISHED + (TrialState.RUNNING,) for t in trials)
-            raised = sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs
-                         for t in trials)
-            if active >= plan.n_trials or raised >= self.sweep.spec.max_failed_trials:
+            trials = self._clean_up(study)
+            if not self._may_claim(plan, trials):
                 return None
             study.sampler = make_sampler(self.sweep, plan, len(trials))
             trial = study.ask()
@@ -230,14 +234,33 @@ class Worker:
             trial.set_user_attr("worker", {"host": platform.node(), "pid": os.getpid()})
             return trial
 
-    def _fail_dead_local_trials(self, trials) -> None:
-        """A RUNNING trial whose worker ran on this host and is gone (SIGKILL, OOM) is failed
-        at once; trials of other hosts are failed when their heartbeat goes stale."""
+    def _clean_up(self, study: optuna.Study) -> list:
+        """Fail dead trials, end the runs they left, queue retries; the trials after that."""
+        optuna.storages.fail_stale_trials(study)
+        self._fail_dead_trials(study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False)
+        self._close_orphans(study, trials)
+        self._retry_crashed(study, trials)
+        return study.get_trials(deepcopy=False)
+
+    def _may_claim(self, plan: StudyPlan, trials) -> bool:
+        """Fewer finished plus running trials than the study asks for, and failures left.
+
+        Once a trial has failed, running trials count as failures to come: the study then runs
+        only as many trials at once as it has failures left, so it never ends with more than
+        ``max_failed_trials`` failed trials, unless its first failures come together (at most
+        one per worker running it)."""
+        running = sum(t.state == TrialState.RUNNING for t in trials)
+        finished = sum(t.state in FINISHED for t in trials)
+        raised, limit = _raised(trials), self.sweep.spec.max_failed_trials
+        if finished + running >= plan.n_trials or raised >= limit:
+            return False
+        return raised == 0 or raised + running < limit
+
+    def _fail_dead_trials(self, trials) -> None:
+        """Fail each RUNNING trial whose worker is gone (called under the claim lock)."""
         for t in trials:
-            owner = t.user_attrs.get("worker")
-            if t.state != TrialState.RUNNING or not owner or owner["host"] != platform.node():
-                continue
-            if not _alive(owner["pid"]):
+            if t.state == TrialState.RUNNING and not _may_be_running(t.user_attrs.get("worker")):
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
@@ -255,35 +278,64 @@ class Worker:
                 study.set_user_attr(f"retried.{t.number}", True)
 
     def _close_orphans(self, study, trials) -> None:
-        """Mark FAILED the MLflow runs of trials that died without closing them (killed)."""
+        """Make the MLflow runs of finished trials agree with them, whatever a kill left: a
+        run still RUNNING takes its trial's status; the trial run of a trial whose worker died
+        is FAILED, even one that ended before the trial was told."""
+        by_number = {t.number: t for t in trials}
+        for run in self._running_runs(study):
+            trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
+            if trial is not None and trial.state.is_finished():
+                self._end_like(run.info.run_id, trial)
         marks = study.user_attrs  # finished trials cannot take attributes: the study keeps them
         for t in trials:
-            if (t.state == TrialState.FAIL and not t.user_attrs.get("closed", False)
-                    and f"closed.{t.number}" not in marks):
+            if _worker_died(t) and f"closed.{t.number}" not in marks:
                 run_id = t.user_attrs.get("mlflow_run_id")
-                if run_id:
-                    for child in self.client.search_runs(
-                        [study.user_attrs["mlflow_experiment_id"]],
-                        f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'",
-                    ):
-                        tracking.finish_run(self.client, child.info.run_id, "fail",
-                                            tags={"workbench.fail_reason": "worker died"})
-                    tracking.finish_run(self.client, run_id, "fail",
-                                        tags={"workbench.fail_reason": "worker died"})
+                if run_id and self.client.get_run(run_id).info.status != "FAILED":
+                    self._end_like(run_id, t)
                 study.set_user_attr(f"closed.{t.number}", True)
 
-    def _close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
-        trials = study.get_trials(deepcopy=False)
-        if sum(t.state in FINISHED for t in trials) < plan.n_trials:
+    def _running_runs(self, study: optuna.Study) -> list:
+        """The MLflow runs of the study's trials and seeds still marked RUNNING."""
+        return self.client.search_runs(
+            [study.user_attrs["mlflow_experiment_id"]],
+            f"tags.`optuna.study_id` = '{study._study_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000)
+
+    def _end_like(self, run_id: str, trial: optuna.trial.FrozenTrial) -> None:
+        """End an MLflow run with the status of its (finished) trial."""
+        if trial.state != TrialState.FAIL:
+            state = "complete" if trial.state == TrialState.COMPLETE else "pruned"
+            tracking.finish_run(self.client, run_id, state)
             return
-        run_id = study.user_attrs["mlflow_run_id"]
-        if self.client.get_run(run_id).info.status != "FINISHED":
-            complete = [t for t in trials if t.state == TrialState.COMPLETE]
-            metrics, name = {}, plan.label
-            if complete:
-                metrics["objective"] = study.best_value
-                name = f"{plan.label} | best {_short(self.sweep.metric)}={study.best_value:.4g}"
-            tracking.finish_run(self.client, run_id, "complete", metrics=metrics, name=name)
+        reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("interrupted")
+                  or "worker died")
+        tracking.finish_run(self.client, run_id, "fail", tags={"workbench.fail_reason": reason})
+
+    def _close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
+        """End the study's MLflow run once the study is done, under the claim lock so that one
+        worker does it: FINISHED when it has all its trials, FAILED (with the reason) when
+        ``max_failed_trials`` stopped it."""
+        with self.store.lock(plan.name):
+            trials = study.get_trials(deepcopy=False)
+            if any(t.state == TrialState.RUNNING for t in trials):
+                return  # the worker running that trial closes the study run after it
+            run_id = study.user_attrs["mlflow_run_id"]
+            status = self.client.get_run(run_id).info.status
+            if sum(t.state in FINISHED for t in trials) >= plan.n_trials:
+                if status != "FINISHED":
+                    self._end_study_run(study, plan, run_id, "complete")
+            elif status == "RUNNING":
+                reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
+                if reason:
+                    self._end_study_run(study, plan, run_id, "fail",
+                                        tags={"workbench.fail_reason": reason})
+
+    def _end_study_run(self, study, plan, run_id: str, state: str, tags=None) -> None:
+        metrics, name = {}, plan.label
+        if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+            metrics["objective"] = study.best_value
+            name = f"{plan.label} | best {_short(self.sweep.metric)}={study.best_value:.4g}"
+        tracking.finish_run(self.client, run_id, state, metrics=metrics, name=name, tags=tags)
 
     # ------------------------------------------------------------------------------ trials
 
@@ -330,7 +382,6 @@ class Worker:
                                                  k, seed, experiment_id))
             except StopRun as stop:
                 trial.set_user_attr("prune_reason", stop.reason)
-                trial.set_user_attr("closed", True)
                 tracking.finish_run(self.client, trial_run, "pruned",
                                     tags={"workbench.prune_reason": stop.reason,
                                           "workbench.prune_detail": stop.detail})
@@ -342,7 +393,6 @@ class Worker:
                     raise
                 return
         objective = stats.aggregate(values, sweep.spec.objective.aggregate)
-        trial.set_user_attr("closed", True)
         tracking.finish_run(self.client, trial_run, "complete",
                             metrics={"objective": objective},
                             name=f"{plan.label} t{trial.number} | {_short(sweep.metric)}="
@@ -371,7 +421,6 @@ class Worker:
             self.client.log_text(trial_run, text, "traceback.txt")
             key = "fail_reason" if isinstance(err, Exception) else "interrupted"
             trial.set_user_attr(key, reason)
-            trial.set_user_attr("closed", True)
             tracking.finish_run(self.client, trial_run, "fail",
                                 tags={"workbench.fail_reason": reason})
         finally:
@@ -443,6 +492,36 @@ def unused_knobs(plan: StudyPlan, methods: dict) -> list[str]:
             if name.split(".", 1)[1] not in methods[name.split(".", 1)[0]].read]
 
 
+def _raised(trials) -> int:
+    """Trials failed because their method raised (not because their worker died)."""
+    return sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials)
+
+
+def _worker_died(trial) -> bool:
+    """A failed trial that did not fail itself: its worker was killed or it was found dead."""
+    return (trial.state == TrialState.FAIL
+            and not {"fail_reason", "interrupted"} & trial.user_attrs.keys())
+
+
+def failure_stop(trials, limit: int) -> str | None:
+    """Why a study claims no more trials: its method raised ``max_failed_trials`` times."""
+    raised = _raised(trials)
+    if raised < limit:
+        return None
+    return f"stopped after {raised} failed trials (max_failed_trials: {limit})"
+
+
+def _may_be_running(owner: dict | None) -> bool:
+    """Whether a RUNNING trial's worker may still run it, seen under the claim lock.
+
+    No owner: its claimer died inside the claim (which records the owner under the lock held
+    now), so nobody runs it. An owner on this host runs it while its process lives. Another
+    host's owner is trusted until Optuna finds its heartbeat stale."""
+    if owner is None:
+        return False
+    return owner["host"] != platform.node() or _alive(owner["pid"])
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -472,10 +551,18 @@ class StudyStatus:
     best_value: float | None
     best_params: dict
     fail_reasons: list[str] = field(default_factory=list)
+    stop_reason: str | None = None  # why it claims no more trials though short
 
     @property
     def finished(self) -> int:
         return self.complete + self.pruned
+
+    def shortfall(self) -> str | None:
+        """Why the study ended with fewer finished trials than it asks for, once no trial of
+        it is running; None when it is complete or another process still runs some."""
+        if self.finished >= self.total or self.running:
+            return None
+        return self.stop_reason or "no trial left to claim; run the same command again"
 
 
 def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
@@ -485,7 +572,7 @@ def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
     out = []
     for plan in sweep.studies:
         counts = dict.fromkeys(TrialState, 0)
-        best_value, best_params, reasons = None, {}, []
+        best_value, best_params, reasons, stop = None, {}, [], None
         if plan.name in existing:
             study = optuna.load_study(study_name=plan.name, storage=storage)
             trials = study.get_trials(deepcopy=False)
@@ -497,9 +584,12 @@ def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
             if counts[TrialState.COMPLETE]:
                 best = study.best_trial
                 best_value, best_params = best.value, best.params
+            if counts[TrialState.COMPLETE] + counts[TrialState.PRUNED] < plan.n_trials:
+                stop = failure_stop(trials, sweep.spec.max_failed_trials)
         out.append(StudyStatus(plan.name, plan.label, plan.n_trials, counts[TrialState.COMPLETE],
                                counts[TrialState.PRUNED], counts[TrialState.FAIL],
-                               counts[TrialState.RUNNING], best_value, best_params, reasons))
+                               counts[TrialState.RUNNING], best_value, best_params, reasons,
+                               stop))
     return out
 
 

@@ -3,7 +3,8 @@
 A method declares ``hyperparameters = {"lr": Float(0.1, low=1e-3, high=10.0, log=True,
 minimum=0.0)}``. ``low``/``high`` (or ``choices``) give the default search space; a parameter
 without them is fixed at its default unless a sweep gives it a range. ``minimum``/``maximum``
-bound every value the method accepts, in a spec's ``fixed`` values and search ranges alike.
+bound every value the method accepts, in a spec's ``fixed`` values and search ranges alike. A
+float is finite unless its default is infinite (``inf``: no cap), and a search range always is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import optuna.distributions as od
+
+from workbench.validation import shorten
 
 
 class HyperparameterError(ValueError):
@@ -34,17 +37,28 @@ class Float:
 
     def validate(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise HyperparameterError(f"expected a number, got {value!r}")
+            raise HyperparameterError(f"expected a number, got {shorten(value)}")
         try:
             value = float(value)
         except OverflowError:
             raise HyperparameterError("a number too large for a float") from None
         if not (self.minimum <= value <= self.maximum) or math.isnan(value):
             raise HyperparameterError(f"{value!r} is outside [{self.minimum}, {self.maximum}]")
+        if math.isinf(value) and value != self.default:
+            raise HyperparameterError(f"{value!r} is not finite")
         return value
 
     def allowed(self) -> str:
-        return f"a number in [{self.minimum}, {self.maximum}]"
+        low, high = math.isfinite(self.minimum), math.isfinite(self.maximum)
+        if low and high:
+            text = f"a number in [{self.minimum}, {self.maximum}]"
+        elif low:
+            text = f"a finite number >= {self.minimum}"
+        elif high:
+            text = f"a finite number <= {self.maximum}"
+        else:
+            text = "a finite number"
+        return text + (f" or {self.default!r} (none)" if math.isinf(self.default) else "")
 
     def distribution(self, low=None, high=None, log=None, choices=None):
         if choices is not None:
@@ -55,6 +69,8 @@ class Float:
         if low is None or high is None:
             return None
         low, high = self.validate(low), self.validate(high)
+        if math.isinf(low) or math.isinf(high):
+            raise HyperparameterError(f"a search range needs finite ends, got [{low}, {high}]")
         if low >= high:
             raise HyperparameterError(f"low ({low}) must be below high ({high})")
         if log and low <= 0:
@@ -86,7 +102,7 @@ class Int:
     def validate(self, value: Any) -> int:
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
-            raise HyperparameterError(f"expected an integer, got {value!r}")
+            raise HyperparameterError(f"expected an integer, got {shorten(value)}")
         value = int(value)
         if not (self.minimum <= value <= self.maximum):
             raise HyperparameterError(f"{value!r} is outside [{self.minimum}, {self.maximum}]")
@@ -130,7 +146,7 @@ class Choice:
 
     def validate(self, value: Any) -> Any:
         if value not in self.choices:
-            raise HyperparameterError(f"{value!r} is not one of {list(self.choices)}")
+            raise HyperparameterError(f"{shorten(value)} is not one of {list(self.choices)}")
         return value
 
     def allowed(self) -> str:

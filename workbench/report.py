@@ -25,7 +25,9 @@ import datetime as dt
 import html
 import json
 import math
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +43,7 @@ from pydantic import Field, ValidationError  # noqa: E402
 from workbench import results, stats  # noqa: E402
 from workbench.spec import ReportOptions, Sweep, load  # noqa: E402
 from workbench.store import Store, redact  # noqa: E402
-from workbench.validation import SpecError, Strict, spec_error  # noqa: E402
+from workbench.validation import SpecError, Strict, shorten, spec_error  # noqa: E402
 
 # Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
 PALETTE = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
@@ -91,7 +93,7 @@ def load_spec(path: str | Path, storage: str | None = None) -> ReportSpec:
         if not target.is_file():
             target = base / entry
         if not target.is_file():
-            raise SpecError(str(path), f"sweeps[{i}]", f"no sweep spec at {entry!r}")
+            raise SpecError(str(path), f"sweeps[{i}]", f"no sweep spec at {shorten(entry)}")
         sweeps.append(load(target, storage=storage))
     return ReportSpec(spec.name, sweeps, spec.report)
 
@@ -667,9 +669,64 @@ class Report:
 
 
 def build(spec: ReportSpec | Sweep, out_dir: Path) -> list[Path]:
+    """Write the report into ``out_dir`` atomically: it is built in a folder beside it, then
+    renamed into place, so ``out_dir`` holds the old report (or nothing) until the new one is
+    complete. A folder that holds something other than a report is never replaced."""
     if isinstance(spec, Sweep):
         spec = ReportSpec(spec.name, [spec], spec.spec.report)
-    return Report(spec, Path(out_dir)).build()
+    target = _replaceable(Path(out_dir))
+    staging = _staging(target)
+    try:
+        written = Report(spec, staging).build()
+        _move_into_place(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [Path(out_dir) / path.name for path in written]
+
+
+def _replaceable(out: Path) -> Path:
+    """The folder the report replaces (a symlink's target): absent, empty or a report."""
+    target = out.resolve() if out.is_symlink() else out
+    if target.exists() and not (target.is_dir() and (
+            (target / "provenance.json").is_file() or not any(target.iterdir()))):
+        raise ReportError(f"{out} is not a report (it has no provenance.json) and would be "
+                          "replaced: remove it or name another folder with --out")
+    return target
+
+
+def _staging(target: Path) -> Path:
+    """A fresh folder beside ``target`` to build in, once leftovers of killed builds are gone
+    (``.NAME.building-PID`` and ``.NAME.old-PID`` of processes that have ended)."""
+    if target.parent.is_dir():
+        for leftover in target.parent.iterdir():
+            stem, _, pid = leftover.name.rpartition("-")
+            if (stem in (f".{target.name}.building", f".{target.name}.old") and pid.isdigit()
+                    and not _process_alive(int(pid))):
+                shutil.rmtree(leftover, ignore_errors=True)
+    staging = target.with_name(f".{target.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Rename the new report to ``target``; an old one is moved aside first, then removed."""
+    if not target.exists():
+        staging.rename(target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _log_if_wide(ax, values, which: str) -> None:

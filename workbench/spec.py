@@ -17,11 +17,11 @@ import optuna.distributions as od
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from workbench import registry
+from workbench import registry, yamlsafe
 from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
 from workbench.tasks import Budget, Task, get_task
-from workbench.validation import SpecError, Strict, spec_error
+from workbench.validation import SpecError, Strict, shorten, spec_error
 
 
 class Range(Strict):
@@ -145,7 +145,7 @@ class SweepSpec(Strict):
             raise ValueError("name at least one slot with methods")
         for slot, entries in value.items():
             if isinstance(entries, list) and not entries:
-                raise ValueError(f"slot {slot!r} lists no methods")
+                raise ValueError(f"slot {shorten(slot)} lists no methods")
         return value
 
 
@@ -216,11 +216,14 @@ MAX_SEED = 2**31 - 1
 
 
 def read_yaml(path: str | Path) -> Any:
+    """The mapping in a YAML file; any problem is one SpecError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(str(path), "", "no such file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlsafe.load(path.read_text())
+    except yamlsafe.Refused as err:
+        raise SpecError(str(path), err.path, err.message) from None
     except yaml.YAMLError as err:
         raise SpecError(str(path), "", f"not valid YAML: {err}") from None
     except UnicodeDecodeError:
@@ -250,8 +253,8 @@ def normalise_storage(url: str, source: str, path: str) -> str:
     if re.match(r"^postgresql(\+psycopg2)?://", url):
         # SQLAlchemy 2.1 defaults to psycopg 3; the workbench installs psycopg2
         return re.sub(r"^postgresql(\+psycopg2)?://", "postgresql+psycopg2://", url)
-    raise SpecError(source, path, f"unsupported storage {redact(url)!r}; allowed: sqlite:///FILE, "
-                    "postgresql://USER@HOST/DB")
+    raise SpecError(source, path, f"unsupported storage {shorten(redact(url))}; allowed: "
+                    "sqlite:///FILE, postgresql://USER@HOST/DB")
 
 
 def load(path: str | Path, storage: str | None = None) -> Sweep:
@@ -269,8 +272,9 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             storage: str | None = None) -> Sweep:
     name = spec.name or default_name
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", name):
-        raise SpecError(source, "name", f"{name!r}: allowed: a letter or digit, then up to 99 "
-                                        "of [A-Za-z0-9_.-] (the file name when name is unset)")
+        raise SpecError(source, "name", f"{shorten(name)}: allowed: a letter or digit, then up "
+                                        "to 99 of [A-Za-z0-9_.-] (the file name when name is "
+                                        "unset)")
     try:
         task = get_task(spec.task.name)
     except LookupError as err:
@@ -283,20 +287,20 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     metric = spec.objective.metric or task.default_objective
     if metric not in task.metrics:
         raise SpecError(source, "objective.metric",
-                        f"task {task.name} has no metric {metric!r}; allowed: "
+                        f"task {task.name} has no metric {shorten(metric)}; allowed: "
                         + ", ".join(task.metrics))
     direction = spec.objective.direction or task.metrics[metric]
     for i, curve in enumerate(spec.report.metrics or []):
         if curve not in task.metrics:
             raise SpecError(source, f"report.metrics[{i}]", f"task {task.name} has no metric "
-                            f"{curve!r}; allowed: " + ", ".join(task.metrics))
+                            f"{shorten(curve)}; allowed: " + ", ".join(task.metrics))
 
     notes: list[str] = []
     per_slot: list[list[MethodChoice]] = []
     for slot, entries in spec.methods.items():
         if slot not in task.slots:
             raise SpecError(source, f"methods.{slot}",
-                            f"task {task.name} has no slot {slot!r}; allowed: "
+                            f"task {task.name} has no slot {shorten(slot)}; allowed: "
                             + ", ".join(task.slots))
         per_slot.append(_resolve_slot(source, task, slot, entries, notes))
     for slot in task.slots:
@@ -371,7 +375,7 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
     for key, value in entry.fixed.items():
         if key not in cls.hyperparameters:
             raise SpecError(source, f"{where}.fixed.{key}",
-                            f"{cls.key()} has no hyperparameter {key!r}; allowed: {allowed}")
+                            f"{cls.key()} has no hyperparameter {shorten(key)}; allowed: {allowed}")
         try:
             fixed[key] = cls.hyperparameters[key].validate(value)
         except HyperparameterError as err:
@@ -398,7 +402,7 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
     for key in entry.search_space:
         if key not in cls.hyperparameters:
             raise SpecError(source, f"{where}.search_space.{key}",
-                            f"{cls.key()} has no hyperparameter {key!r}; allowed: {allowed}")
+                            f"{cls.key()} has no hyperparameter {shorten(key)}; allowed: {allowed}")
         if key in fixed:
             raise SpecError(source, f"{where}.search_space.{key}",
                             "is also fixed; give it either a fixed value or a search range")

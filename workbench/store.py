@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import os
 import re
-import sqlite3
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -27,17 +26,43 @@ import optuna
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from workbench import store_schema as schema
+from workbench.store_schema import StoreError
+
 SQLITE_TIMEOUT_S = 120
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_GRACE_S = 40
 
 
-def redact(url: str) -> str:
-    """The URL with its password replaced by *** (for messages, tags and provenance)."""
-    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_URL_IN_TEXT = re.compile(_SCHEME.pattern + r"[^\s'\"<>]+")
+_USER_PASSWORD = re.compile(rf"^({_SCHEME.pattern}[^:/@?#]*:).*@", re.DOTALL)  # to the last @
+_QUERY_PASSWORD = re.compile(r"([?&;]password=)[^&#\s]*", re.IGNORECASE)
 
 
-class StoreUnreachable(RuntimeError):
+def redact(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by *** (for messages, tags and
+    provenance), in the user part or a ``password`` query parameter. Never raises."""
+    if _SCHEME.match(text) and len(_URL_IN_TEXT.findall(text)) == 1:
+        return _redact_url(text)  # one URL, which may have spaces in its password
+    return _URL_IN_TEXT.sub(lambda found: _redact_url(found.group()), text)
+
+
+def _redact_url(url: str) -> str:
+    """SQLAlchemy's rendering without the password; a pattern where SQLAlchemy cannot read
+    the URL or reads part of the password as the host (a raw @ in it)."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # any text may come here
+        parsed = None
+    if parsed is None or parsed.password is None or "@" in (parsed.host or ""):
+        hidden = _USER_PASSWORD.sub(r"\1***@", url)
+    else:
+        hidden = parsed.render_as_string(hide_password=True)
+    return _QUERY_PASSWORD.sub(r"\1***", hidden)
+
+
+class StoreUnreachable(StoreError):
     """The database server does not answer (wrong host, port, user or database)."""
 
 
@@ -73,43 +98,72 @@ class Store:
         return True
 
     def check(self) -> None:
-        """Raise StoreUnreachable when a server store does not answer (SQLite: nothing)."""
+        """Raise StoreError unless the store can be used as it is (absent, or complete and at
+        the installed schema revisions); writes nothing. A server store must answer
+        (StoreUnreachable otherwise)."""
         if self.is_sqlite:
+            paths = self.sqlite_paths()
+            for kind, path in zip(("optuna", "mlflow"), paths, strict=True):
+                schema.verdict(kind, str(path), schema.inspect_sqlite(path), f"sqlite:///{path}")
+            ancestor = schema.nearest_existing(self.artifact_root)
+            if not ancestor.is_dir():
+                raise StoreError(f"{self.artifact_root}: the artifact folder cannot be created, "
+                                 f"{ancestor} is not a directory")
             return
-        engine = sa.create_engine(self.optuna_url, poolclass=sa.pool.NullPool,
-                                  connect_args={"connect_timeout": 10})
+        engine = self._engine(self.optuna_url)
         try:
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
+            schema.verdict("optuna", redact(self.optuna_url), schema.inspect_engine(engine),
+                           redact(self.optuna_url))
         except sa.exc.SQLAlchemyError as err:
             reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
             raise StoreUnreachable(f"cannot reach the store {redact(self.optuna_url)}: "
                                    f"{redact(reason)}") from None
         finally:
             engine.dispose()
+        if self._server_has(make_url(self.mlflow_url).database):
+            engine = self._engine(self.mlflow_url)
+            try:
+                schema.verdict("mlflow", redact(self.mlflow_url), schema.inspect_engine(engine),
+                               redact(self.mlflow_url))
+            finally:
+                engine.dispose()
 
-    def prepare(self) -> None:
-        """Create what is missing: WAL-mode SQLite files, or MLflow's PostgreSQL database;
-        then the artifact folder."""
-        self._prepare_database()
-        self.artifact_root.mkdir(parents=True, exist_ok=True)
+    @staticmethod
+    def _engine(url: str) -> sa.Engine:
+        return sa.create_engine(url, poolclass=sa.pool.NullPool,
+                                connect_args={"connect_timeout": 10})
 
-    def _prepare_database(self) -> None:
+    def _server_has(self, database: str) -> bool:
+        engine = self._engine(self.optuna_url)
+        try:
+            with engine.connect() as conn:
+                return bool(conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                         {"n": database}).scalar())
+        finally:
+            engine.dispose()
+
+    def prepare(self, cache: Path | None) -> None:
+        """Create what is missing, each database atomically (store_schema): SQLite files in
+        WAL mode, or MLflow's PostgreSQL database; then the artifact folder. Call it under
+        ``lock("store")``; ``cache`` holds the MLflow schema template (None: build the schema
+        in place of copying it)."""
+        self.check()
+        artifact_uri = self.artifact_root.resolve().as_uri()
         if self.is_sqlite:
-            for path in self.sqlite_paths():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S)) as db:
-                    db.execute("PRAGMA journal_mode=WAL")
-            return
-        target = make_url(self.mlflow_url)
-        admin = sa.create_engine(make_url(self.optuna_url), isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            exists = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                                  {"n": target.database}).scalar()
-            if not exists:
-                with contextlib.suppress(sa.exc.ProgrammingError):  # created by another worker
-                    conn.execute(sa.text(f'CREATE DATABASE "{target.database}"'))
-        admin.dispose()
+            # MLflow's first: an Optuna file is never there without its MLflow file
+            for kind, path in (("mlflow", self.sqlite_paths()[1]),
+                               ("optuna", self.sqlite_paths()[0])):
+                if schema.inspect_sqlite(path) is None:
+                    schema.build_sqlite(kind, path, artifact_uri, cache)
+        else:
+            if not self._server_has(make_url(self.mlflow_url).database):
+                admin = sa.create_engine(make_url(self.optuna_url), isolation_level="AUTOCOMMIT",
+                                         poolclass=sa.pool.NullPool)
+                try:
+                    schema.build_postgres_mlflow(admin, self.mlflow_url, artifact_uri)
+                finally:
+                    admin.dispose()
+        self.artifact_root.mkdir(parents=True, exist_ok=True)
 
     def optuna_storage(self) -> optuna.storages.RDBStorage:
         kwargs = {"pool_pre_ping": True}
