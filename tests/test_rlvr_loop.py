@@ -3,12 +3,14 @@ dynamic sampling, and (slow) learning above the warm-up checkpoint."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from workbench import registry
+from workbench.rlvr import warmup
 from workbench.rlvr.backends import Rollouts, make_backend
 from workbench.rlvr.loop import RLSettings, build_batch, response_log_probs, sample_batch
 from workbench.rlvr.model import ModelConfig, build_model, sequence_log_probs
@@ -19,7 +21,7 @@ from workbench.tasks import Budget, get_task
 TINY = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 30,
         "warmup_batch": 16, "n_train": 200, "n_eval": 16, "eval_k_prompts": 4, "eval_k": 2,
         "prompts": 4, "group_size": 4, "eval_every": 2, "digits_min": 1, "digits_max": 2,
-        "format_reward": 0.5}
+        "format_reward": 0.5, "warmup_target": None}  # 30 fixed steps: no validation checks
 
 
 @pytest.fixture(autouse=True)
@@ -136,17 +138,43 @@ def test_kl_to_the_reference_starts_at_zero_and_grows():
     assert kls[-1] > 1e-4
 
 
+# The band the default warm-up lands in (held-out greedy accuracy on its 256 problems): measured
+# 0.33-0.37 with 1 and 2 threads, seeds 0 and 1 and perturbed initial weights (warmup.py).
+# GRPO has little to do from a checkpoint far below it (too few rewarded samples) or far above
+# it (too few wrong ones).
+WARM_UP_BAND = (0.25, 0.6)
+
+
+def check_warm_up_checkpoint() -> dict:
+    """The default warm-up's metadata (the checkpoint the rlvr-arith task loads, trained here
+    on first use and cached), after checking that its quality is in ``WARM_UP_BAND``."""
+    path = warmup.warm_up()
+    metadata = json.loads((path / warmup.METADATA_FILE).read_text())
+    accuracy, (low, high) = metadata["held_out_greedy_accuracy"], WARM_UP_BAND
+    validation = metadata["validation_greedy_accuracy"]
+    facts = (f"held-out greedy accuracy {accuracy:.3f} after {metadata['steps_taken']} of at "
+             f"most {metadata['max_steps']} steps (validation {validation:.3f}, target "
+             f"{metadata['target']}); see {path / warmup.METADATA_FILE}")
+    assert accuracy >= low, f"warm-up checkpoint too weak: {facts}, below {low}"
+    assert accuracy <= high, f"warm-up checkpoint too strong: {facts}, above {high}"
+    return metadata
+
+
 @pytest.mark.slow
 def test_grpo_raises_held_out_accuracy_above_the_warm_up_checkpoint(monkeypatch):
     """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 250 GRPO steps
-    (about 4 minutes) from the default warm-up checkpoint (trained here on first use, about 3
-    minutes, then cached). Measured: held-out sampled pass@1 0.16 -> 0.23 after 250 steps and
-    0.33 after 800; the margin asked here is about half of the 250-step gain."""
+    (4-6 minutes) from the default warm-up checkpoint (trained here on first use, about 2
+    minutes, then cached), whose quality is checked first. Measured from the seed-0 checkpoint
+    (held-out greedy 0.344): held-out sampled pass@1 0.24 -> 0.43 and greedy 0.33 -> 0.50 after
+    250 steps; the margin asked here is about a quarter of that gain, measured once."""
     monkeypatch.delenv("WORKBENCH_CACHE", raising=False)  # share the real warm-up cache
     from benchmarks.rlvr_learning import run
 
+    checkpoint = check_warm_up_checkpoint()
     curve = run(minutes=30, seed=0, steps=250, eval_every=250)
     first, last = curve[0], curve[-1]
+    # the run starts from the checkpoint checked above (its first 200 held-out problems)
+    assert abs(first["greedy"] - checkpoint["held_out_greedy_accuracy"]) <= 0.1, curve
     assert last["step"] == 250
-    assert last["sampled"] >= first["sampled"] + 0.03, curve
+    assert last["sampled"] >= first["sampled"] + 0.05, curve
     assert last["greedy"] >= first["greedy"] - 0.02, curve

@@ -208,7 +208,7 @@ def test_load_policy_rejects_a_directory_without_a_model(tmp_path):
 
 
 WARMUP_ARGS = dict(task_kind="add", difficulty=Difficulty(digits_min=1, digits_max=2),
-                   model_config=TINY, steps=3, batch_size=8, lr=1e-3, seed=0)
+                   model_config=TINY, max_steps=3, target=None, batch_size=8, lr=1e-3, seed=0)
 
 
 def test_warm_up_writes_the_cache_once_and_reuses_it(tmp_path, monkeypatch):
@@ -216,9 +216,12 @@ def test_warm_up_writes_the_cache_once_and_reuses_it(tmp_path, monkeypatch):
     assert path.parent == tmp_path / "rlvr-warmup"
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no staging left
     metadata = json.loads((path / warmup.METADATA_FILE).read_text())
-    assert metadata["steps"] == 3 and metadata["model_config"]["hidden"] == 32
+    assert metadata["max_steps"] == 3 and metadata["steps_taken"] == 3
+    assert metadata["target"] is None and metadata["reached_target"]
+    assert metadata["model_config"]["hidden"] == 32
     assert metadata["difficulty"]["digits_max"] == 2
     assert 0.0 <= metadata["held_out_greedy_accuracy"] <= 1.0
+    assert 0.0 <= metadata["held_out_pass@1_sampled"] <= metadata["held_out_pass@8"] <= 1.0
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached checkpoint should have been reused")
@@ -227,8 +230,15 @@ def test_warm_up_writes_the_cache_once_and_reuses_it(tmp_path, monkeypatch):
     assert warmup.warm_up(**WARMUP_ARGS, cache_dir=tmp_path) == path
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     assert warmup.warm_up(**WARMUP_ARGS) == path
-    with pytest.raises(AssertionError, match="reused"):  # another seed is another checkpoint
-        warmup.warm_up(**{**WARMUP_ARGS, "seed": 1}, cache_dir=tmp_path)
+    threads = torch.get_num_threads()
+    try:  # the thread count changes only last bits: not part of the key
+        torch.set_num_threads(1 if threads > 1 else 2)
+        assert warmup.warm_up(**WARMUP_ARGS) == path
+    finally:
+        torch.set_num_threads(threads)
+    for other in [{"seed": 1}, {"max_steps": 4}, {"target": 0.5}]:  # each another checkpoint
+        with pytest.raises(AssertionError, match="reused"):
+            warmup.warm_up(**{**WARMUP_ARGS, **other}, cache_dir=tmp_path)
 
     # the loader takes the saved directory through AutoModelForCausalLM / AutoTokenizer
     model, tokenizer = load_policy(path)
@@ -236,6 +246,48 @@ def test_warm_up_writes_the_cache_once_and_reuses_it(tmp_path, monkeypatch):
     _, held_out = splits("add", 0, 0, warmup.N_HELD_OUT, WARMUP_ARGS["difficulty"])
     accuracy = warmup.greedy_accuracy(model, tokenizer, held_out)
     assert accuracy == metadata["held_out_greedy_accuracy"]
+
+
+def scripted_accuracy(monkeypatch, validation: list[float], held_out: float = 0.3):
+    """Replace the warm-up's measurements: greedy accuracy on the validation split follows
+    ``validation``, the held-out figures are fixed; returns the validation calls' steps."""
+    _, held = splits("add", 0, 0, warmup.N_HELD_OUT, WARMUP_ARGS["difficulty"])
+    held_prompts = {p.prompt for p in held}
+    remaining = list(validation)
+
+    def greedy(model, tokenizer, problems, **kwargs):
+        if {p.prompt for p in problems} == held_prompts:
+            return held_out
+        assert not {p.prompt for p in problems} & held_prompts  # never the held-out set
+        return remaining.pop(0)
+
+    monkeypatch.setattr(warmup, "greedy_accuracy", greedy)
+    monkeypatch.setattr(warmup, "sampled_accuracy", lambda *args, **kwargs: (0.2, 0.6))
+
+
+def test_warm_up_stops_at_the_first_check_that_reaches_the_target(tmp_path, monkeypatch):
+    scripted_accuracy(monkeypatch, [0.05, 0.2, 0.41, 0.9])
+    path = warmup.warm_up(**{**WARMUP_ARGS, "max_steps": 20, "target": 0.4, "eval_every": 4},
+                          cache_dir=tmp_path)
+    metadata = json.loads((path / warmup.METADATA_FILE).read_text())
+    assert metadata["steps_taken"] == 12 and metadata["reached_target"]
+    assert metadata["max_steps"] == 20 and metadata["target"] == 0.4
+    assert [point["step"] for point in metadata["validation_curve"]] == [4, 8, 12]
+    assert metadata["validation_greedy_accuracy"] == 0.41
+    assert metadata["held_out_greedy_accuracy"] == 0.3 and metadata["held_out_pass@8"] == 0.6
+    assert metadata["n_validation"] == warmup.N_VALIDATION
+
+
+def test_warm_up_that_ends_at_its_cap_short_of_the_target_warns(tmp_path, monkeypatch):
+    scripted_accuracy(monkeypatch, [0.05, 0.1, 0.15])
+    with pytest.warns(RuntimeWarning, match="cap of 10 steps .* short of its target 0.4"):
+        path = warmup.warm_up(**{**WARMUP_ARGS, "max_steps": 10, "target": 0.4,
+                                 "eval_every": 4}, cache_dir=tmp_path)
+    metadata = json.loads((path / warmup.METADATA_FILE).read_text())
+    assert metadata["steps_taken"] == 10 and not metadata["reached_target"]
+    # the cap fell between checks: the accuracy where it ended is measured too
+    assert [point["step"] for point in metadata["validation_curve"]] == [4, 8, 10]
+    assert metadata["validation_greedy_accuracy"] == 0.15
 
 
 def test_warm_up_killed_while_saving_leaves_no_checkpoint(tmp_path, monkeypatch):
@@ -250,26 +302,34 @@ def test_warm_up_killed_while_saving_leaves_no_checkpoint(tmp_path, monkeypatch)
 
 def test_problem_sets_keep_held_out_prompts_apart_even_in_a_small_space(monkeypatch):
     difficulty = Difficulty(digits_min=2, digits_max=3)
-    train, held_out = warmup.problem_sets("add", difficulty, seed=0, n_train=500)
-    assert len(held_out) == warmup.N_HELD_OUT and len(train) == 500
+    train, validation, held_out = warmup.problem_sets("add", difficulty, seed=0, n_train=500,
+                                                      n_validation=100)
+    assert len(held_out) == warmup.N_HELD_OUT and len(validation) == 100 and len(train) == 500
     assert len({p.prompt for p in train}) == 500  # distinct when the space allows
-    assert not {p.prompt for p in train} & {p.prompt for p in held_out}
-    # one-digit addition has 100 prompts: 60 held out, 40 left to train on, with repeats
+    sets = [{p.prompt for p in part} for part in (train, validation, held_out)]
+    assert not sets[0] & sets[1] and not sets[0] & sets[2] and not sets[1] & sets[2]
+    # the held-out set is the stream's first prompts whatever else is asked for
+    assert warmup.problem_sets("add", difficulty, seed=0, n_train=10)[2] == held_out
+    # one-digit addition has 100 prompts: 60 held out, 10 to validate on, 30 left to train on,
+    # with repeats
     monkeypatch.setattr(warmup, "N_HELD_OUT", 60)
     small = Difficulty(digits_min=1, digits_max=1)
-    train, held_out = warmup.problem_sets("add", small, seed=0, n_train=300)
-    assert len(held_out) == 60 and len(train) == 300
-    assert not {p.prompt for p in train} & {p.prompt for p in held_out}
-    assert len({p.prompt for p in train}) == 40
+    train, validation, held_out = warmup.problem_sets("add", small, seed=0, n_train=300,
+                                                      n_validation=10)
+    assert len(held_out) == 60 and len(validation) == 10 and len(train) == 300
+    sets = [{p.prompt for p in part} for part in (train, validation, held_out)]
+    assert not sets[0] & sets[1] and not sets[0] & sets[2] and not sets[1] & sets[2]
+    assert len(sets[0]) == 30
 
 
 def test_training_lowers_the_completion_loss_and_accuracy_uses_the_checker(tokenizer):
     problems = generate("add", 16, seed=0, difficulty=Difficulty(digits_min=1, digits_max=1))
     model = build_model(TINY, tokenizer)
     losses = []
-    warmup.train_supervised(model, tokenizer, problems, steps=40, batch_size=16, lr=1e-2,
-                            seed=0, log=lambda step, metrics: losses.append(metrics["train/loss"]))
-    assert len(losses) == 40 and losses[-1] < 0.5 * losses[0]
+    taken, _ = warmup.train_supervised(
+        model, tokenizer, problems, steps=40, batch_size=16, lr=1e-2, seed=0,
+        log=lambda step, metrics: losses.append(metrics["train/loss"]))
+    assert taken == len(losses) == 40 and losses[-1] < 0.5 * losses[0]
     # memorised single-digit sums: greedy decoding now answers most of the training problems
     assert warmup.greedy_accuracy(model, tokenizer, problems) >= 0.5
     with pytest.raises(ValueError, match="k=1"):

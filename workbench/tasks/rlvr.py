@@ -22,7 +22,13 @@ from workbench.rlvr.backends import make_backend
 from workbench.rlvr.loop import RLSettings, train
 from workbench.rlvr.model import ModelConfig, load_policy
 from workbench.rlvr.problems import Difficulty, splits
-from workbench.rlvr.warmup import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_STEPS, warm_up
+from workbench.rlvr.warmup import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LR,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TARGET,
+    warm_up,
+)
 from workbench.tasks.base import Task, TaskParams, cpu_threads
 
 
@@ -40,7 +46,11 @@ class RLVRParams(TaskParams):
     layers: int = Field(4, ge=1)
     heads: int = Field(4, ge=1)
     intermediate: int = Field(512, ge=8)
-    warmup_steps: int = Field(DEFAULT_STEPS, ge=0, description="supervised warm-up steps")
+    warmup_steps: int = Field(DEFAULT_MAX_STEPS, ge=0, description="cap on the supervised "
+                              "warm-up's steps (it stops earlier at warmup_target)")
+    warmup_target: float | None = Field(
+        DEFAULT_TARGET, gt=0, le=1, description="stop the warm-up once greedy accuracy on "
+        "its validation split reaches this; None: run all warmup_steps")
     warmup_batch: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     warmup_lr: float = Field(DEFAULT_LR, gt=0)
     backend: Literal["hf", "vllm"] = "hf"
@@ -137,9 +147,9 @@ class RLVRArith(Task):
         if path == "warmup":
             config = ModelConfig(hidden=params.hidden, layers=params.layers, heads=params.heads,
                                  intermediate=params.intermediate)
-            path = warm_up(params.kind, difficulty, config, steps=params.warmup_steps,
-                           batch_size=params.warmup_batch, lr=params.warmup_lr,
-                           seed=params.data_seed, device=device)
+            path = warm_up(params.kind, difficulty, config, max_steps=params.warmup_steps,
+                           target=params.warmup_target, batch_size=params.warmup_batch,
+                           lr=params.warmup_lr, seed=params.data_seed, device=device)
         torch.manual_seed(seed)
         policy, tokenizer = load_policy(path, device=device)
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
