@@ -8,4 +8,4 @@ bash scripts/setup.sh
 bash scripts/setup_postgres.sh
 bash scripts/setup_browser.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=10 "$@"
