@@ -71,9 +71,9 @@ DEFAULT_DIFFICULTY = Difficulty(digits_min=2, digits_max=3)
 # seed 1). Stopping at 0.35: seed 0 stops after 750 steps (held-out greedy 0.344, sampled pass@1
 # 0.26, pass@8 0.63), seed 1 (data and initialisation) after 850 (0.371, 0.26, 0.54), bit for bit
 # the same with 1 and 2 threads; seed 0 with its initial weights perturbed by 1e-6 relative
-# noise (other last bits) after 900 / 800 steps (0.328 / 0.328). A step costs about 0.1 CPU-second
-# on one core and a check about 0.3 s, so 1.5-2 minutes on an idle core (3-8 minutes on the
-# loaded 2-core machine); the cap is over 3x the steps any of these took.
+# noise (other last bits) after 900 / 800 steps (0.328 / 0.328). Seed 0 took 100 s on one idle core
+# (about 0.13 s a step, checks included; 3-8 minutes on the loaded 2-core machine); the cap is
+# over 3x the steps any of these took.
 DEFAULT_TARGET = 0.35
 DEFAULT_MAX_STEPS = 3000
 DEFAULT_EVAL_EVERY = 50
