@@ -43,6 +43,7 @@ from optuna.trial import TrialState
 from workbench import stats, tracking
 from workbench.cache import cache_root
 from workbench.objective import ObjectiveTracker
+from workbench.processes import process_alive
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, StudyPlan, Sweep, load
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
@@ -519,17 +520,7 @@ def _may_be_running(owner: dict | None) -> bool:
     host's owner is trusted until Optuna finds its heartbeat stale."""
     if owner is None:
         return False
-    return owner["host"] != platform.node() or _alive(owner["pid"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owner["host"] != platform.node() or process_alive(owner["pid"])
 
 
 def _short(metric: str) -> str:

@@ -41,6 +41,7 @@ import pandas as pd  # noqa: E402
 from pydantic import Field, ValidationError  # noqa: E402
 
 from workbench import results, stats  # noqa: E402
+from workbench.processes import process_alive
 from workbench.spec import ReportOptions, Sweep, load  # noqa: E402
 from workbench.store import Store, redact  # noqa: E402
 from workbench.validation import SpecError, Strict, shorten, spec_error  # noqa: E402
@@ -701,7 +702,7 @@ def _staging(target: Path) -> Path:
         for leftover in target.parent.iterdir():
             stem, _, pid = leftover.name.rpartition("-")
             if (stem in (f".{target.name}.building", f".{target.name}.old") and pid.isdigit()
-                    and not _process_alive(int(pid))):
+                    and not process_alive(int(pid))):
                 shutil.rmtree(leftover, ignore_errors=True)
     staging = target.with_name(f".{target.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -717,16 +718,6 @@ def _move_into_place(staging: Path, target: Path) -> None:
     target.rename(old)
     staging.rename(target)
     shutil.rmtree(old)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _log_if_wide(ax, values, which: str) -> None:

@@ -35,6 +35,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from workbench.processes import process_alive
+
 # Tables whose presence makes a database Optuna's or MLflow's (a subset of each schema).
 SIGNATURE = {
     "optuna": frozenset({"studies", "trials", "trial_values", "version_info"}),
@@ -207,20 +209,10 @@ def remove_stale_builds(folder: Path, name: str) -> None:
     process is gone)."""
     for leftover in folder.glob(f".{name}{BUILDING}*"):
         pid = leftover.name.split(BUILDING, 1)[1].split("-", 1)[0]
-        if pid.isdigit() and _alive(int(pid)) and int(pid) != os.getpid():
+        if pid.isdigit() and process_alive(int(pid)) and int(pid) != os.getpid():
             continue
         with contextlib.suppress(OSError):
             leftover.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _build_schema(kind: str, url: str, artifact_uri: str) -> None:
