@@ -162,19 +162,20 @@ def check_warm_up_checkpoint() -> dict:
 
 @pytest.mark.slow
 def test_grpo_raises_held_out_accuracy_above_the_warm_up_checkpoint(monkeypatch):
-    """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 250 GRPO steps
-    (4-6 minutes) from the default warm-up checkpoint (trained here on first use, about 2
-    minutes, then cached), whose quality is checked first. Measured from the seed-0 checkpoint
-    (held-out greedy 0.344): held-out sampled pass@1 0.24 -> 0.43 and greedy 0.33 -> 0.50 after
-    250 steps; the margin asked here is about a quarter of that gain, measured once."""
+    """The benchmark's run (benchmarks/rlvr_learning.py) in a shorter form: 120 GRPO steps
+    (about 2.5 minutes) from the default warm-up checkpoint (trained here on first use, about
+    1.5 minutes, then cached), whose quality is checked first. Measured from the seed-0
+    checkpoint on the 2-core machine (held-out greedy 0.39 on its first 200 problems): sampled
+    pass@1 0.266 -> 0.324 (50 steps) -> 0.344 (100) -> 0.347 (150); greedy 0.39 -> 0.425 (100).
+    The margin asked here, +0.03, is under half the gain at 100 steps."""
     monkeypatch.delenv("WORKBENCH_CACHE", raising=False)  # share the real warm-up cache
     from benchmarks.rlvr_learning import run
 
     checkpoint = check_warm_up_checkpoint()
-    curve = run(minutes=30, seed=0, steps=250, eval_every=250)
+    curve = run(minutes=30, seed=0, steps=120, eval_every=120)
     first, last = curve[0], curve[-1]
     # the run starts from the checkpoint checked above (its first 200 held-out problems)
     assert abs(first["greedy"] - checkpoint["held_out_greedy_accuracy"]) <= 0.1, curve
-    assert last["step"] == 250
-    assert last["sampled"] >= first["sampled"] + 0.05, curve
+    assert last["step"] == 120
+    assert last["sampled"] >= first["sampled"] + 0.03, curve
     assert last["greedy"] >= first["greedy"] - 0.02, curve

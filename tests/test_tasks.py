@@ -80,3 +80,23 @@ def test_a_diverging_run_stops_and_says_so():
                        registry.get("step_size", "constant")(lr=5.0), steps=5000)
     assert out["diverged"] and out["steps"] < 5000
     assert not math.isfinite(history[-1][1]["train/loss"])
+
+
+def test_the_lazy_registry_names_each_task_by_its_own_name():
+    from workbench.tasks import TASKS
+
+    assert {name: cls.name for name, cls in TASKS.items()} == {name: name for name in TASKS}
+
+
+def test_a_logreg_spec_never_imports_the_rlvr_testbed(tmp_path):
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task: {name: logreg}\nmethods: {step_size: [constant]}\n")
+    code = ("import sys; from workbench import spec; spec.load(sys.argv[1]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers' "
+            "or m.startswith('workbench.tasks.rlvr')))")
+    out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"

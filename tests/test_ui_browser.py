@@ -125,9 +125,10 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
     sweep = run_cli("sweep", spec, "--quiet", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr
     port = _free_port()
+    ui_log = open(tmp_path / "ui.log", "w")  # what the UI server said, for a failure message
     ui = subprocess.Popen([sys.executable, "-m", "workbench", "ui", str(spec), "--port",
-                           str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
+                           str(port)], cwd=tmp_path, stdout=ui_log, stderr=subprocess.STDOUT,
+                          start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
         experiment = _experiment_id(base, "tiny")
@@ -159,15 +160,22 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
 
         # A seed run's page charts its step metrics.
         run_id = _a_seed_run(base, experiment)
+        _metric_history(base, run_id, "cost/samples")  # the API the charts read answers
         page = f"{base}/#/experiments/{experiment}/runs/{run_id}/model-metrics"
-        dom = ""
-        for attempt, budget_ms in enumerate((20_000, 40_000, 80_000)):
-            dom = _chromium(tmp_path, f"profile-chart-{attempt}", page, tmp_path / "chart.png",
-                            budget_ms=budget_ms)
-            if "(cost/samples)" in _visible_text(dom) and "main-svg" in dom:
-                break
-        assert "(cost/samples)" in _visible_text(dom), _visible_text(dom)[-2000:]
-        assert "main-svg" in dom  # a plotly chart was drawn
+        seen = {"dom": "", "attempts": 0}
+
+        def charts_drawn() -> bool:
+            attempt = seen["attempts"] = seen["attempts"] + 1
+            seen["dom"] = _chromium(tmp_path, f"profile-chart-{attempt}", page,
+                                    tmp_path / "chart.png",
+                                    budget_ms=min(20_000 * attempt, 80_000))
+            return "(cost/samples)" in _visible_text(seen["dom"]) and "main-svg" in seen["dom"]
+
+        wait_until(charts_drawn, f"the seed run's page {page} to draw its cost/samples chart",
+                   600, interval=1, describe_state=lambda: (
+                       f"{seen['attempts']} renders, each with a fresh profile; the last page "
+                       f"read: {_visible_text(seen['dom'])[-1500:]}\nthe UI server's log ended "
+                       f"with: {(tmp_path / 'ui.log').read_text()[-1500:]}"))
         assert (tmp_path / "chart.png").stat().st_size > 20_000
         keep = ROOT / "test-artifacts"  # git-ignored; the screenshots outlive the test
         keep.mkdir(exist_ok=True)
@@ -175,6 +183,27 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
             shutil.copy(tmp_path / name, keep / f"ui-{name}")
     finally:
         _kill_group(ui)
+        ui_log.close()
+
+
+def _metric_history(base: str, run_id: str, key: str) -> list:
+    """Poll the UI's REST API until it returns run_id's history of `key` (non-empty)."""
+    query = urllib.parse.urlencode({"run_id": run_id, "metric_key": key})
+    url = f"{base}/api/2.0/mlflow/metrics/get-history?{query}"
+    seen = {"answer": "no request made yet"}
+
+    def answer():
+        try:
+            with urllib.request.urlopen(url, timeout=scaled(30)) as response:
+                metrics = json.load(response).get("metrics", [])
+        except OSError as err:
+            seen["answer"] = repr(err)
+            return None
+        seen["answer"] = f"{len(metrics)} points"
+        return metrics or None
+
+    return wait_until(answer, f"the UI's REST API to return the history at {url}", 300,
+                      interval=0.5, describe_state=lambda: f"last answer: {seen['answer']}")
 
 
 def _a_seed_run(base: str, experiment: str) -> str:

@@ -114,12 +114,14 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from workbench import engine, spec
-    from workbench.progress import SweepProgress
+    from workbench import spec
 
     sweep = spec.load(args.spec, storage=args.storage)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    from workbench import engine  # after the spec: bad input never pays for MLflow's import
+    from workbench.progress import SweepProgress
+
     engine.resolve_device(args.device or sweep.spec.device)
     _reachable(sweep.storage)
     for note in sweep.notes:
@@ -405,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.spec import SpecError
+    from workbench.validation import SpecError
 
     args = build_parser().parse_args(argv)
     try:
