@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from workbench.rl.losses import AGGREGATIONS, aggregate, kl_penalty, ppo_clip_loss
+from workbench.rl.losses import AGGREGATIONS, aggregate, approx_kl, kl_penalty, ppo_clip_loss
 
 LOSS = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]
 MASK = [[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # the third row is fully masked
@@ -99,8 +99,20 @@ def test_ppo_clip_loss_by_hand():
     assert metrics["clip_frac"] == pytest.approx(0.5)
     assert metrics["dual_clip_frac"] == 0.0
     assert metrics["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 0.7) / 4)
-    kl = -sum(math.log(r) for r in RATIOS[0][:4]) / 4
-    assert metrics["approx_kl"] == pytest.approx(kl)
+    k3 = sum(r - 1 - math.log(r) for r in RATIOS[0][:4]) / 4  # the padded token is left out
+    assert metrics["approx_kl"] == pytest.approx(k3)
+
+
+def test_approx_kl_is_k3_on_the_log_ratio_clamped_to_20():
+    """One definition in both RL loops (workbench/metrics.py): k3 with verl's +-20 clamp."""
+    old = torch.zeros(1, 3, dtype=torch.float64)
+    new = torch.tensor([[30.0, -30.0, 0.1]], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.float64)
+    expected = (math.expm1(20.0) - 20.0 + math.expm1(-20.0) + 20.0 + math.expm1(0.1) - 0.1) / 3
+    assert float(approx_kl(new, old, mask)) == pytest.approx(expected, rel=1e-8)  # the 1e-8 eps
+    _, metrics = ppo_clip_loss(new, old, torch.ones_like(new), mask)
+    assert metrics["approx_kl"] == pytest.approx(expected, rel=1e-8)
+    assert float(approx_kl(old + 0.3, old, mask)) > 0  # never negative, unlike k1
 
 
 def test_clip_higher_and_tensor_bounds():
@@ -126,7 +138,7 @@ def test_dual_clip_bounds_the_loss_of_negative_advantages():
 
 def ref_vanilla(log_probs, old, adv, mask, low, high, c, mode):
     """verl compute_policy_loss_vanilla with clip_ratio_c = c, per token in floats."""
-    loss, clipped, lower, kl = [], 0.0, 0.0, 0.0
+    loss, clipped, lower, kl = [], 0.0, 0.0, 0.0  # kl: k3 on verl's clamped log-ratio
     for lp_row, old_row, a_row, m_row in zip(log_probs, old, adv, mask, strict=True):
         row = []
         for lp, o, a, m in zip(lp_row, old_row, a_row, m_row, strict=True):
@@ -138,7 +150,7 @@ def ref_vanilla(log_probs, old, adv, mask, low, high, c, mode):
             if a < 0:
                 lower += m * (value > -a * c)
                 value = min(value, -a * c)
-            kl += m * -log_ratio
+            kl += m * (math.expm1(log_ratio) - log_ratio)  # verl's ppo_kl is k1: -log_ratio
             row.append(value)
         loss.append(row)
     count = sum(map(sum, mask)) + 1e-8

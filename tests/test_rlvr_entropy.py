@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from workbench import registry
+from workbench.rl.losses import ppo_clip_loss
 
 F64 = torch.float64
 
@@ -70,9 +71,10 @@ def reference_ppo_loss(batch, clip_ratio_low, clip_ratio_high, clip_ratio_c=3.0)
     return reference_agg(per_token, mask, "token-mean"), clipfrac
 
 
-def reference_clip_cov(batch, generator, clip_low, clip_high, ratio_param, lb, ub):
+def reference_clip_cov(batch, generator, clip_low, clip_high, ratio_param, lb, ub,
+                       mode="token-mean"):
     """verl's compute_policy_loss_clip_cov: (loss, corr) with its randperm drawn from
-    ``generator``."""
+    ``generator``; the loss aggregated by ``mode`` over the full response mask."""
     adv, mask, logp = batch["advantages"], batch["mask"], batch["log_probs"]
     ratio = (logp - batch["old_log_probs"]).exp()
     plain, clipped = -adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high)
@@ -86,7 +88,7 @@ def reference_clip_cov(batch, generator, clip_low, clip_high, ratio_param, lb, u
     if len(where) > 0:
         where = where[torch.randperm(len(where), generator=generator)[:min(n_clip, len(where))]]
         corr[where[:, 0], where[:, 1]] = 0
-    return reference_agg(torch.maximum(plain, clipped) * corr, mask, "token-mean"), corr
+    return reference_agg(torch.maximum(plain, clipped) * corr, mask, mode), corr
 
 
 def reference_kl_cov(batch, log_probs, ratio_param, coef, mode):
@@ -127,7 +129,8 @@ def loop_loss(batch, hook, log_probs=None):
     ratio = (log_probs - batch["old_log_probs"]).exp()
     clipped = ratio.clamp(1 - float(hook.get("clip_low", 0.2)),
                           1 + float(hook.get("clip_high", 0.2)))
-    per_token = torch.maximum(-adv * ratio, -adv * clipped) * hook.get("loss_mask", 1.0)
+    per_token = (torch.maximum(-adv * ratio, -adv * clipped) * hook.get("loss_mask", 1.0)
+                 * hook.get("loss_weight", 1.0))
     return (per_token * mask).sum() / mask.sum() + hook.get("extra_loss", 0.0)
 
 
@@ -149,7 +152,8 @@ def test_clip_higher_matches_verl_asymmetric_clip_over_20_batches():
     assert float(loop_loss(batch, hook)) != pytest.approx(float(symmetric), rel=1e-6)
 
 
-def test_clip_cov_matches_verl_selection_and_loss_over_20_batches():
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_clip_cov_matches_verl_selection_and_loss_over_20_batches(mode):
     params = dict(clip_cov_ratio=0.01, clip_cov_lb=1.0, clip_cov_ub=5.0, clip_low=0.2,
                   clip_high=0.28, seed=7)
     ours = method("clip_cov", **params)
@@ -159,12 +163,21 @@ def test_clip_cov_matches_verl_selection_and_loss_over_20_batches():
     for seed in range(20):
         batch = random_batch(seed)
         hook = ours.policy_loss_hook(**batch)
-        expected, corr = reference_clip_cov(batch, generator, 0.2, 0.28, 0.01, 1.0, 5.0)
+        expected, corr = reference_clip_cov(batch, generator, 0.2, 0.28, 0.01, 1.0, 5.0, mode)
         valid = batch["mask"] > 0
-        assert torch.equal(hook["loss_mask"][valid], corr[valid])
+        assert torch.equal(hook["loss_weight"][valid], corr[valid])
+        assert "loss_mask" not in hook
         assert (hook["clip_low"], hook["clip_high"]) == (0.2, 0.28)
-        # verl keeps dropped tokens in the token-mean's denominator: the per-token form agrees
-        assert float(loop_loss(batch, hook)) == pytest.approx(float(expected), rel=1e-12)
+        # the loops' loss: verl keeps the dropped tokens in the aggregation's count
+        loss, _ = ppo_clip_loss(batch["log_probs"], batch["old_log_probs"],
+                                batch["advantages"], batch["mask"], hook["clip_low"],
+                                hook["clip_high"], agg=mode, weight=hook["loss_weight"])
+        assert float(loss) == pytest.approx(float(expected), rel=1e-12)
+        if mode == "seq-mean-token-mean":  # dropping them from the mask gives another loss
+            as_mask, _ = ppo_clip_loss(batch["log_probs"], batch["old_log_probs"],
+                                       batch["advantages"], batch["mask"] * hook["loss_weight"],
+                                       hook["clip_low"], hook["clip_high"], agg=mode)
+            assert float(as_mask) != pytest.approx(float(expected), rel=1e-9)
         dropped = int((corr[valid] == 0).sum())
         assert dropped == max(int(0.01 * int(valid.sum())), 1)
         assert hook["metrics"]["cov_clipped_frac"] == pytest.approx(dropped / int(valid.sum()))
@@ -259,26 +272,26 @@ def test_kl_cov_clip_surrogate_option_keeps_the_loops_clip():
 def test_clip_cov_drops_in_range_tokens_not_already_clipped_nor_padding():
     batch = hand_batch()  # covariances [2.5, 1.25, -0.375, -1.125]; the padded one would be 2.5
     hook = method("clip_cov", clip_cov_ratio=1.0).policy_loss_hook(**batch)
-    assert hook["loss_mask"].tolist() == [[0.0, 0.0, 1.0, 1.0, 0.0]]
+    assert hook["loss_weight"].tolist() == [[0.0, 0.0, 1.0, 1.0, 0.0]]
     # token 1 (A < 0) with ratio exp(-0.5) < 1 - 0.2 is clipped by PPO already: not a candidate
     clipped = {**batch, "old_log_probs": batch["old_log_probs"] + torch.tensor(
         [[0.0, 0.4, 0.0, 0.0, 0.0]], dtype=F64)}
     hook = method("clip_cov", clip_cov_ratio=1.0).policy_loss_hook(**clipped)
-    assert hook["loss_mask"].tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]]
+    assert hook["loss_weight"].tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]]
     # bounds: with lb = 2 only token 0 is in range; with ub = 2 only token 1
     only_first = method("clip_cov", clip_cov_ratio=1.0, clip_cov_lb=2.0).policy_loss_hook(
         **batch)
-    assert only_first["loss_mask"].tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]]
+    assert only_first["loss_weight"].tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]]
     only_second = method("clip_cov", clip_cov_ratio=1.0, clip_cov_ub=2.0).policy_loss_hook(
         **batch)
-    assert only_second["loss_mask"].tolist() == [[1.0, 0.0, 1.0, 1.0, 0.0]]
+    assert only_second["loss_weight"].tolist() == [[1.0, 0.0, 1.0, 1.0, 0.0]]
     assert only_second["metrics"] == {"cov_clipped_frac": 0.25, "cov_candidate_frac": 0.25}
 
 
 def test_clip_cov_drops_one_token_at_the_default_ratio():
     hook = method("clip_cov").policy_loss_hook(**hand_batch())  # floor(2e-4 * 4) = 0 -> 1
-    assert float((1 - hook["loss_mask"])[0, :4].sum()) == 1
-    assert float(hook["loss_mask"][0, 2:4].sum()) == 2  # the out-of-range ones are kept
+    assert float((1 - hook["loss_weight"])[0, :4].sum()) == 1
+    assert float(hook["loss_weight"][0, 2:4].sum()) == 2  # the out-of-range ones are kept
 
 
 @pytest.mark.parametrize("rho, expected", [(0.25, [0, 1, 0, 0, 0]),     # ceil(1.0) = 1
@@ -304,15 +317,17 @@ def test_top_entropy_tokens_breaks_ties_by_position():
 
 # properties on random inputs --------------------------------------------------------------------
 
-MASKING = [("clip_cov", {"clip_cov_ratio": 0.05}), ("top_entropy_tokens", {"rho": 0.3})]
+# (method, hyperparameters, the hook's key for its 0/1 token selection)
+MASKING = [("clip_cov", {"clip_cov_ratio": 0.05}, "loss_weight"),
+           ("top_entropy_tokens", {"rho": 0.3}, "loss_mask")]
 
 
-@pytest.mark.parametrize("name, params", MASKING)
-def test_loss_mask_is_a_subset_of_mask_and_never_selects_padding(name, params):
+@pytest.mark.parametrize("name, params, key", MASKING)
+def test_loss_mask_is_a_subset_of_mask_and_never_selects_padding(name, params, key):
     for seed in range(5):
         batch = random_batch(seed, empty_row=True)
         batch["entropy"] = torch.where(batch["mask"] > 0, batch["entropy"], 100.0)
-        loss_mask = method(name, **params).policy_loss_hook(**batch)["loss_mask"]
+        loss_mask = method(name, **params).policy_loss_hook(**batch)[key]
         assert set(loss_mask.unique().tolist()) <= {0.0, 1.0}
         assert bool((loss_mask <= batch["mask"]).all())
         assert float(loss_mask[batch["mask"] == 0].abs().sum()) == 0.0
@@ -341,8 +356,8 @@ def test_kl_cov_gradient_reaches_only_selected_tokens_and_masks_carry_no_graph()
     n = int(batch["mask"].sum())
     assert touched == int(n * 0.05)
     assert float(log_probs.grad[batch["mask"] == 0].abs().sum()) == 0.0
-    for name, params in MASKING:
-        loss_mask = method(name, **params).policy_loss_hook(**given)["loss_mask"]
+    for name, params, key in MASKING:
+        loss_mask = method(name, **params).policy_loss_hook(**given)[key]
         assert not loss_mask.requires_grad
 
 
@@ -360,7 +375,7 @@ def test_clip_cov_is_deterministic_given_its_seed_and_restarts_with_start():
     batches = [random_batch(seed, log_ratio_scale=0.05) for seed in range(5)]
 
     def masks(instance):
-        return [instance.policy_loss_hook(**b)["loss_mask"] for b in batches]
+        return [instance.policy_loss_hook(**b)["loss_weight"] for b in batches]
 
     first, second = method("clip_cov", clip_cov_ratio=0.01), method("clip_cov",
                                                                    clip_cov_ratio=0.01)

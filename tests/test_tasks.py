@@ -100,3 +100,12 @@ def test_a_logreg_spec_never_imports_the_rlvr_testbed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_name_a_task_provides_is_one_a_method_may_require():
+    from workbench.families import REQUIRABLE
+    from workbench.tasks import TASKS
+
+    requirable = frozenset().union(*REQUIRABLE.values())
+    for name, task in TASKS.items():
+        assert task.provides <= requirable, (name, sorted(task.provides - requirable))

@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from workbench import registry
+from workbench.families import REQUIRABLE
 from workbench.hyperparams import Choice, HyperparameterError
 
 STEP_SIZE_STEPS = 20
@@ -64,15 +65,7 @@ ROWS, GROUP_SIZE, HORIZON, HOOK_HORIZON = 8, 2, 12, 16
 INVARIANT_ATOL = 1e-6
 KNOWN_INVARIANTS = frozenset({"zero_mean_per_group"})
 
-PROVIDED = {
-    "step_size": frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
-                            "loss_lower_bound", "smoothness", "lmo", "rl_stats",
-                            "return_upper_bound"}),
-    "batch_size": frozenset({"per_sample_grads"}),
-    "entropy": frozenset({"log_probs", "old_log_probs", "advantages", "mask", "entropy"}),
-    "advantage": frozenset({"rewards", "values", "mask", "group_ids", "dones", "terminated",
-                            "next_values", "reward_baselines"}),
-}
+PROVIDED = REQUIRABLE  # what the checks below give a method: everything its family allows
 
 
 class ContractViolation(Exception):

@@ -9,11 +9,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from workbench.registry import Method
+
+#: The names a method of each family may ``require``: one definition, read by the contract
+#: checks (``workbench.contracts``) and by the spec check against each task's ``provides``
+#: (every name a task provides is one of these; tests/test_tasks.py checks it). Their
+#: meanings are in each family's docstring below.
+REQUIRABLE: dict[str, frozenset[str]] = {
+    "step_size": frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
+                            "loss_lower_bound", "smoothness", "lmo", "rl_stats",
+                            "return_upper_bound"}),
+    "batch_size": frozenset({"per_sample_grads"}),
+    "entropy": frozenset({"log_probs", "old_log_probs", "advantages", "mask", "entropy"}),
+    "advantage": frozenset({"rewards", "values", "mask", "group_ids", "dones", "terminated",
+                            "next_values", "reward_baselines"}),
+}
 
 
 class StepSizeMethod(Method):
@@ -49,6 +64,12 @@ class StepSizeMethod(Method):
         return float("inf")
 
 
+def step_size_taken(optimizer: torch.optim.Optimizer) -> float:
+    """``method/step_size``: the step the optimizer reports for its last ``step`` (NaN for a
+    plain torch optimizer, which reports none)."""
+    return float(getattr(optimizer, "last_step_size", math.nan))
+
+
 class BatchSizeMethod(Method):
     """Chooses the batch size of every step.
 
@@ -76,6 +97,43 @@ class BatchSizeMethod(Method):
         return {}
 
 
+#: ``n_samples`` where the data never runs out (an RL loop draws fresh rollouts) and the
+#: budget sets no sample limit.
+UNLIMITED_SAMPLES = 2**40
+
+
+class BatchSlot:
+    """The loops' side of the batch-size contract: the method's first answer and one answer
+    after every step, each clamped to [1, n_samples]; without a method (a task whose spec
+    leaves the slot empty) every answer is None and the loop keeps its own size."""
+
+    def __init__(self, method: BatchSizeMethod | None, n_samples: int | None):
+        self.method = method
+        self.n_samples = int(n_samples or UNLIMITED_SAMPLES)
+
+    def _clamp(self, size) -> int:
+        return max(1, min(int(size), self.n_samples))
+
+    def start(self, batch_size: int | None, **info: Any) -> int | None:
+        if self.method is None:
+            return None
+        return self._clamp(self.method.start({**info, "batch_size": batch_size,
+                                              "n_samples": self.n_samples}))
+
+    def after_step(self, step: int, *, loss: float, grad_sq: float, batch_size: int,
+                   samples: int, extra: Mapping[str, float] | None = None) -> int | None:
+        """The next batch size from the step's statistics (see ``BatchSizeMethod``);
+        ``extra``: the per-sample statistics of a method that requires them."""
+        if self.method is None:
+            return None
+        return self._clamp(self.method.next_batch_size(step, {
+            **(extra or {}), "loss": loss, "grad_sq": grad_sq, "batch_size": batch_size,
+            "samples": samples, "n_samples": self.n_samples}))
+
+    def diagnostics(self) -> dict[str, float]:
+        return {} if self.method is None else self.method.diagnostics()
+
+
 class EntropyMethod(Method):
     """Returns the entropy coefficient from the step and the measured policy entropy; may also
     adjust the policy loss (clip bounds, token masks) through ``policy_loss_hook``.
@@ -88,7 +146,9 @@ class EntropyMethod(Method):
     ``policy_loss_hook(log_probs=, old_log_probs=, advantages=, mask=, entropy=)`` (tensors of
     one shape, (B, T); ``entropy`` per token) returns any of: ``clip_low`` and ``clip_high``
     (the PPO ratio is clipped to [1 - clip_low, 1 + clip_high]), ``loss_mask`` (a (B, T) 0/1
-    tensor: which tokens contribute to the policy-gradient term; it multiplies ``mask``),
+    tensor: which tokens the policy-gradient term is taken over; it multiplies ``mask``, so
+    the aggregation counts only those), ``loss_weight`` (a (B, T) tensor multiplying each
+    token's policy-gradient term while the aggregation still counts every token of ``mask``),
     ``extra_loss`` (a scalar tensor added to the loss; it may depend on ``log_probs``) and
     ``metrics`` (a mapping of floats to log). Unknown keys are ignored by the loop.
     """
@@ -108,6 +168,36 @@ class EntropyMethod(Method):
 
     def policy_loss_hook(self, **inputs: torch.Tensor) -> Mapping[str, torch.Tensor]:
         return {}
+
+
+@dataclass(frozen=True)
+class LossAdjustment:
+    """What an entropy method's ``policy_loss_hook`` does to one minibatch's policy loss, read
+    once for every loop: the clip bounds, the mask the policy-gradient term is aggregated
+    over (``mask * loss_mask``), the per-token ``weight`` (``loss_weight``, None: 1), the
+    ``extra_loss`` to add (0 when none) and the hook's metrics as ``method/NAME`` floats."""
+
+    clip_low: Any
+    clip_high: Any
+    mask: torch.Tensor
+    weight: torch.Tensor | None
+    extra_loss: Any
+    metrics: dict[str, float]
+
+
+def adjust_policy_loss(method: EntropyMethod, *, log_probs: torch.Tensor,
+                       old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                       mask: torch.Tensor, entropy: torch.Tensor,
+                       clip: float) -> LossAdjustment:
+    """Call the hook on (B, T) tensors (``entropy`` detached) and read its answer; ``clip`` is
+    the loop's own bound, used on a side the hook does not set."""
+    hook = method.policy_loss_hook(log_probs=log_probs, old_log_probs=old_log_probs,
+                                   advantages=advantages, mask=mask, entropy=entropy.detach())
+    return LossAdjustment(
+        clip_low=hook.get("clip_low", clip), clip_high=hook.get("clip_high", clip),
+        mask=mask * hook["loss_mask"] if "loss_mask" in hook else mask,
+        weight=hook.get("loss_weight"), extra_loss=hook.get("extra_loss", 0.0),
+        metrics={f"method/{k}": float(v) for k, v in hook.get("metrics", {}).items()})
 
 
 class AdvantageMethod(Method):

@@ -8,9 +8,11 @@ mean, on detached log-probabilities),
 Candidates are the valid tokens with clip_cov_lb < cov_t < clip_cov_ub that the PPO clip is not
 already clipping (-A_t clip(r_t, 1 - clip_low, 1 + clip_high) > -A_t r_t excludes a token).
 n_clip = max(floor(clip_cov_ratio * n_valid), 1) of them, drawn uniformly without replacement
-(a random permutation of the candidates in row-major order, first n_clip), get ``loss_mask`` 0:
-their policy-gradient term is dropped. The hook also returns ``clip_low`` / ``clip_high`` so
-that the loop clips with the bounds the exclusion used. ``coefficient`` is 0 (no entropy bonus).
+(a random permutation of the candidates in row-major order, first n_clip), get ``loss_weight``
+0: their policy-gradient term is zeroed, while the loss aggregation still counts them, as
+verl's does (``agg_loss`` over the full response mask, whatever ``loss_agg``). The hook also
+returns ``clip_low`` / ``clip_high`` so that the loop clips with the bounds the exclusion used.
+``coefficient`` is 0 (no entropy bonus).
 
 Reference: Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
 Models" (2025); implementation: verl ``core_algos.compute_policy_loss_clip_cov`` (volcengine/verl
@@ -20,17 +22,15 @@ clip; set clip_low = clip_high = 1 to follow it).
 
 Conventions: the random draw uses a ``torch.Generator`` seeded with ``seed`` at ``start`` (or
 at the first call without one) and advanced by every call, so a run is reproducible (verl uses
-the global RNG). verl zeroes the dropped tokens' loss but keeps them in the token-mean's
-denominator; a loop that divides by sum(mask * loss_mask) (as workbench.rl.ppo does) divides
-by n_valid - n_clip instead: a relative scale difference of n_clip / n_valid (2e-4 at the
-default ratio on large batches, at most 1 / n_valid when one token is clipped).
+the global RNG). A ``loss_mask`` instead would take the dropped tokens out of the count too:
+under ``seq-mean-token-mean`` that rescales each row by n / (n - d) and turns the gradient.
 
 Metrics: ``cov_clipped_frac`` (dropped tokens / valid tokens, verl's pg_clipfrac),
 ``cov_candidate_frac`` (candidates / valid tokens).
 
 Fidelity: reference-checked. tests/test_rlvr_entropy.py re-derives verl's selection and its
 clipped loss for 20 successive seeded batches, using the same permutation stream, and compares
-the masks exactly and the losses to 1e-12.
+the masks exactly and the losses to 1e-12, under token-mean and seq-mean-token-mean.
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ class ClipCov(EntropyMethod):
                 order = torch.randperm(candidates.numel(), generator=self._generator)
                 dropped[candidates[order[:n_clip].to(candidates.device)]] = True
             dropped = dropped.view(mask.shape)
-            loss_mask = (valid & ~dropped).to(log_probs.dtype)
+            loss_weight = (valid & ~dropped).to(log_probs.dtype)
         return {
             "clip_low": self.clip_low,
             "clip_high": self.clip_high,
-            "loss_mask": loss_mask,
+            "loss_weight": loss_weight,
             "metrics": {
                 "cov_clipped_frac": fraction(dropped.sum(), n_valid),
                 "cov_candidate_frac": fraction(candidates.numel(), n_valid),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.envs import BatchedEnv
+from workbench.families import BatchSlot
 from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings, ppo_update
@@ -30,7 +31,7 @@ from workbench.rl.reinforce import reinforce_update
 from workbench.rl.rollout import collect, explained_variance
 
 if TYPE_CHECKING:  # workbench.tasks imports this module
-    from workbench.tasks.base import Budget, LogFn
+    from workbench.budget import Budget, LogFn
 
 RECENT_EPISODES = 100
 
@@ -56,10 +57,9 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         "return_upper_bound": env.return_upper_bound})
     entropy_method, advantage_method = methods["entropy"], methods["advantage"]
     entropy_method.start({"total_steps": total_updates})
-    batch_method = methods.get("batch_size")
-    if batch_method is not None:
-        wanted = batch_method.start({"batch_size": num_envs * horizon,
-                                     "n_samples": budget.samples or 2**40})
+    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
+    wanted = batch_slot.start(num_envs * horizon)
+    if wanted is not None:
         num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     advantage_inputs = advantage_method.requirements(advantage_method.params)
     generator = torch.Generator().manual_seed(seed + 2)
@@ -121,12 +121,11 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
             break
         if budget.spent(env_steps, seconds):
             break
-        if batch_method is not None:
-            wanted = batch_method.next_batch_size(update, {
-                "loss": stats.get("train/policy_loss", math.nan),
-                "grad_sq": stats.get("train/grad_norm", math.nan) ** 2,
-                "batch_size": rollout.size, "samples": env_steps,
-                "n_samples": budget.samples or 2**40})
+        wanted = batch_slot.after_step(
+            update, loss=stats.get("train/policy_loss", math.nan),
+            grad_sq=stats.get("train/grad_norm", math.nan) ** 2, batch_size=rollout.size,
+            samples=env_steps)
+        if wanted is not None:
             num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     return {**metrics, "steps": update, "diverged": diverged,
             "env_steps": env_steps, "device": str(device)}

@@ -70,10 +70,41 @@ def _bound(value, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
+def approx_kl(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+              mask: torch.Tensor) -> torch.Tensor:
+    """``train/approx_kl``: the k3 estimate of KL(pi_old || pi) on the sampled tokens (Schulman
+    2020; CleanRL's ``approx_kl``), a token mean over ``mask``:
+
+        mean_t (r_t - 1) - log r_t,   log r_t = clamp(log pi_t - log pi_old_t, -20, 20)
+
+    It is >= 0 at every token (so a KL-adaptive step size never sees a negative KL). The clamp
+    is verl's on the log-ratio; verl's own ``actor/ppo_kl`` is the k1 mean of -log r_t instead.
+    """
+    log_ratio = (log_probs - old_log_probs).clamp(-TOKEN_LOG_RATIO_CLAMP, TOKEN_LOG_RATIO_CLAMP)
+    return _masked_mean(torch.expm1(log_ratio) - log_ratio, mask)
+
+
+def clip_fractions(ratio: torch.Tensor, advantages: torch.Tensor, low, high,
+                   mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``train/clip_frac_low``, ``_high`` and their sum ``train/clip_frac``: the token fractions
+    (over ``mask``) where the PPO clip binds, i.e. takes the gradient away:
+
+        low:  r < low  and A < 0;   high:  r > high  and A > 0
+
+    (``low`` = 1 - clip_low, ``high`` = 1 + clip_high; their sum is verl's ``pg_clipfrac``).
+    """
+    below = (ratio < low) & (advantages < 0)
+    above = (ratio > high) & (advantages > 0)
+    return {"clip_frac_low": _masked_mean(below.to(ratio.dtype), mask),
+            "clip_frac_high": _masked_mean(above.to(ratio.dtype), mask),
+            "clip_frac": _masked_mean((below | above).to(ratio.dtype), mask)}
+
+
 def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
                   advantages: torch.Tensor, mask: torch.Tensor, clip_low=0.2, clip_high=0.2,
                   dual_clip: float | None = None, ratio_level: str = "token",
-                  agg: str | None = None, constant: float | None = None
+                  agg: str | None = None, constant: float | None = None,
+                  weight: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate policy loss and its metrics.
 
@@ -82,10 +113,13 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
         l = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))
         l = min(l, -A c)  where A < 0          (dual clip, Ye et al. 2020, when ``dual_clip`` c)
 
-    then ``aggregate(l, mask, agg, constant)``. ``clip_low``/``clip_high`` are numbers or
-    tensors broadcastable to (B, T) (an entropy method's ``policy_loss_hook`` may set them;
-    clip-higher is clip_high > clip_low, DAPO). ``dual_clip`` defaults to None (off; OpenRLHF's
-    and TRL's default); verl's vanilla loss always applies it with c = ``clip_ratio_c`` = 3.
+    then ``aggregate(l * weight, mask, agg, constant)``: ``weight`` (a (B, T) tensor, default
+    1) scales each token's term without taking it out of the aggregation's count (verl's
+    clip-cov ``corr``); to take tokens out, pass a smaller ``mask``. ``clip_low``/``clip_high``
+    are numbers or tensors broadcastable to (B, T) (an entropy method's ``policy_loss_hook``
+    may set them; clip-higher is clip_high > clip_low, DAPO). ``dual_clip`` defaults to None
+    (off; OpenRLHF's and TRL's default); verl's vanilla loss always applies it with
+    c = ``clip_ratio_c`` = 3.
 
     ``ratio_level``:
 
@@ -99,11 +133,10 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
     ``agg`` defaults to ``token-mean`` for token ratios (verl's default) and to
     ``seq-mean-token-mean`` for sequence ratios (verl's GSPO always uses it; TRL recommends it).
 
-    Metrics (floats; token means over the mask): ``clip_frac_low`` (r < 1 - clip_low where
-    A < 0: the lower clip binds), ``clip_frac_high`` (r > 1 + clip_high where A > 0), their sum
-    ``clip_frac`` (verl's ``pg_clipfrac``), ``dual_clip_frac`` (verl's ``pg_clipfrac_lower``:
-    the dual clip binds), ``approx_kl`` (verl's ``ppo_kl``: mean of log pi_old - log pi, the k1
-    estimate of KL(old || new)) and ``ratio_mean``.
+    Metrics (floats; token means over the mask): ``clip_frac_low``, ``clip_frac_high`` and
+    ``clip_frac`` (``clip_fractions``), ``dual_clip_frac`` (verl's ``pg_clipfrac_lower``: the
+    dual clip binds), ``approx_kl`` (``approx_kl``: k3, on the per-token log-ratios at either
+    ratio level) and ``ratio_mean``.
     """
     if ratio_level not in RATIO_LEVELS:
         raise ValueError(f"unknown ratio_level {ratio_level!r}; allowed: "
@@ -131,17 +164,15 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
         dual_binds = negative & (loss > floor)
         loss = torch.where(negative, torch.minimum(loss, floor), loss)
     with torch.no_grad():
-        below = (ratio < low) & negative
-        above = (ratio > high) & (advantages > 0)
         metrics = {
-            "clip_frac_low": _masked_mean(below.to(ratio.dtype), mask),
-            "clip_frac_high": _masked_mean(above.to(ratio.dtype), mask),
-            "clip_frac": _masked_mean((below | above).to(ratio.dtype), mask),
+            **clip_fractions(ratio, advantages, low, high, mask),
             "dual_clip_frac": _masked_mean(dual_binds.to(ratio.dtype), mask),
-            "approx_kl": _masked_mean(-log_ratio, mask),
+            "approx_kl": approx_kl(log_probs, old_log_probs, mask),
             "ratio_mean": _masked_mean(ratio, mask),
         }
         values = torch.stack(list(metrics.values())).tolist()  # one device-to-host copy
+    if weight is not None:
+        loss = loss * weight
     return aggregate(loss, mask, agg, constant), dict(zip(metrics, values, strict=True))
 
 

@@ -14,22 +14,26 @@ Per update u:
        L = mean(max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)))
            + value_coef * L_V - c * mean(H) (+ the entropy method's extra loss)
 
+   the first term by ``workbench.rl.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows of
+   one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
+
    where L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
    ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
    method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
    closure, then ``optimizer.step(closure)`` (the step-size slot) and ``optimizer.observe``.
 
-Metrics per update: see ``workbench.rl.control_metrics``.
+Metrics per update: their definitions are in ``workbench.metrics``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
+from workbench.families import adjust_policy_loss, step_size_taken
+from workbench.rl.losses import ppo_clip_loss
 from workbench.rl.policy import ActorCritic
 from workbench.rl.rollout import Rollout
 
@@ -97,7 +101,7 @@ def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Ro
 
             optimizer.step(closure)
             stats["train/grad_norm"] = grad_norm
-            stats["method/step_size"] = float(getattr(optimizer, "last_step_size", math.nan))
+            stats["method/step_size"] = step_size_taken(optimizer)
             observe = getattr(optimizer, "observe", None)
             if observe is not None:
                 observe({"approx_kl": stats["train/approx_kl"],
@@ -111,20 +115,15 @@ def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Ro
 def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, entropy_coef,
                     entropy_method, settings: PPOSettings):
     log_probs, entropy = agent.evaluate(obs, actions)
-    log_ratio = log_probs - old_log_probs
-    ratio = log_ratio.exp()
-    row = (-1, 1)  # the hook sees (B, T) tensors: one row per sample, T = 1
-    mask = torch.ones_like(adv).view(row)
-    hook = entropy_method.policy_loss_hook(
-        log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
-        advantages=adv.view(row), mask=mask, entropy=entropy.detach().view(row))
-    clip_low = float(hook.get("clip_low", settings.clip))
-    clip_high = float(hook.get("clip_high", settings.clip))
-    weight = (mask * hook["loss_mask"]).flatten() if "loss_mask" in hook else None
-
-    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high))
-    pg_loss = surrogate.mean() if weight is None else (surrogate * weight).sum() / weight.sum(
-        ).clamp_min(1.0)
+    row = (-1, 1)  # the loss and the hook see (B, T) tensors: one row per sample, T = 1
+    adjusted = adjust_policy_loss(
+        entropy_method, log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
+        advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
+        entropy=entropy.view(row), clip=settings.clip)
+    pg_loss, pg_stats = ppo_clip_loss(
+        log_probs.view(row), old_log_probs.view(row), adv.view(row), adjusted.mask,
+        clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
+        agg="token-mean", weight=adjusted.weight)
     values = agent.value(obs)
     if settings.clip_value:
         clipped = old_values + (values - old_values).clamp(-settings.clip, settings.clip)
@@ -132,21 +131,17 @@ def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, en
     else:
         value_loss = 0.5 * ((values - ret) ** 2).mean()
     entropy_mean = entropy.mean()
-    loss = pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
-    if "extra_loss" in hook:
-        loss = loss + hook["extra_loss"]
+    loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+            + adjusted.extra_loss)
     with torch.no_grad():
         parts = {
             "train/policy_loss": float(pg_loss),
             "train/value_loss": float(value_loss),
             "train/entropy": float(entropy_mean),
-            "train/approx_kl": float(((ratio - 1) - log_ratio).mean()),
-            "train/clip_frac_low": float((ratio < 1 - clip_low).float().mean()),
-            "train/clip_frac_high": float((ratio > 1 + clip_high).float().mean()),
+            **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
+                                                   "clip_frac_high", "clip_frac")},
+            **adjusted.metrics,
         }
-        parts["train/clip_frac"] = parts["train/clip_frac_low"] + parts["train/clip_frac_high"]
-        for key, value in _floats(hook.get("metrics", {})).items():
-            parts[f"method/{key}"] = value
     return loss, parts
 
 
@@ -156,7 +151,3 @@ def _grad_norm(agent: ActorCritic, max_norm: float | None) -> float:
         return float(torch.linalg.vector_norm(torch.stack(
             [torch.linalg.vector_norm(p.grad) for p in params])))
     return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-
-
-def _floats(metrics: Mapping) -> dict[str, float]:
-    return {str(k): float(v) for k, v in metrics.items()}

@@ -6,19 +6,20 @@ one gradient step per rollout on
 where A and R come from the advantage slot (``reward_to_go`` with ``baseline="value"`` gives
 A = G - V(s), R = G; with ``baseline="none"`` the value head is still fitted but unused), c from
 the entropy slot, and the step from the step-size slot (gradients clipped to
-``max_grad_norm`` in the closure). The entropy method's ``loss_mask`` and ``extra_loss`` apply
-as in PPO; clip bounds have no meaning here and are ignored. ``approx_kl`` (k3 estimate of
-KL(old || new)) is measured after the step, so ``observe`` sees how far the step moved.
+``max_grad_norm`` in the closure). The entropy method's ``loss_mask``, ``loss_weight`` and
+``extra_loss`` apply as in PPO; clip bounds have no meaning here and are ignored.
+``train/approx_kl`` (``workbench.rl.losses.approx_kl``) is measured after the step, so
+``observe`` sees how far the step moved.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from workbench.families import adjust_policy_loss, step_size_taken
+from workbench.rl.losses import approx_kl
 from workbench.rl.policy import ActorCritic
-from workbench.rl.ppo import PPOSettings, _floats, _grad_norm, standardise
+from workbench.rl.ppo import PPOSettings, _grad_norm, standardise
 from workbench.rl.rollout import Rollout
 
 
@@ -40,19 +41,20 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
         with torch.set_grad_enabled(backward):
             log_probs, entropy = agent.evaluate(obs, actions)
             row = (-1, 1)
-            mask = torch.ones_like(adv).view(row)
-            hook = entropy_method.policy_loss_hook(
-                log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
-                advantages=adv.view(row), mask=mask, entropy=entropy.detach().view(row))
-            weight = hook["loss_mask"].flatten() if "loss_mask" in hook else None
+            adjusted = adjust_policy_loss(
+                entropy_method, log_probs=log_probs.view(row),
+                old_log_probs=old_log_probs.view(row), advantages=adv.view(row),
+                mask=torch.ones_like(adv).view(row), entropy=entropy.view(row),
+                clip=settings.clip)
             terms = -adv * log_probs
-            pg_loss = terms.mean() if weight is None else (
-                (terms * weight).sum() / weight.sum().clamp_min(1.0))
+            if adjusted.weight is not None:
+                terms = terms * adjusted.weight.flatten()
+            pg_mask = adjusted.mask.flatten()
+            pg_loss = (terms * pg_mask).sum() / pg_mask.sum().clamp_min(1.0)
             value_loss = 0.5 * ((agent.value(obs) - ret) ** 2).mean()
             entropy_mean = entropy.mean()
-            loss = pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
-            if "extra_loss" in hook:
-                loss = loss + hook["extra_loss"]
+            loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+                    + adjusted.extra_loss)
         if not backward:
             return loss.detach()
         optimizer.zero_grad(set_to_none=False)
@@ -63,14 +65,15 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
                 "train/policy_loss": float(pg_loss.detach()),
                 "train/value_loss": float(value_loss.detach()),
                 "train/entropy": float(entropy_mean.detach()), "train/grad_norm": norm,
-                **{f"method/{k}": v for k, v in _floats(hook.get("metrics", {})).items()}})
+                **adjusted.metrics})
         return loss.detach()
 
     optimizer.step(closure)
     with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
-        log_ratio = agent.evaluate(obs, actions)[0] - old_log_probs
-        stats["train/approx_kl"] = float((log_ratio.exp() - 1 - log_ratio).mean())
-    stats["method/step_size"] = float(getattr(optimizer, "last_step_size", math.nan))
+        log_probs = agent.evaluate(obs, actions)[0]
+        stats["train/approx_kl"] = float(approx_kl(log_probs, old_log_probs,
+                                                   torch.ones_like(log_probs)))
+    stats["method/step_size"] = step_size_taken(optimizer)
     observe = getattr(optimizer, "observe", None)
     if observe is not None:
         observe({"approx_kl": stats["train/approx_kl"], "episodic_return": episodic_return,

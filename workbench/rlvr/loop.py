@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from workbench.families import BatchSlot, adjust_policy_loss, step_size_taken
 from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.losses import aggregate, kl_penalty, ppo_clip_loss
 from workbench.rlvr.backends import RolloutBackend, Rollouts
@@ -47,7 +48,7 @@ from workbench.rlvr.model import position_ids_from_mask
 from workbench.rlvr.problems import Problem
 
 if TYPE_CHECKING:  # workbench.tasks imports this module
-    from workbench.tasks.base import Budget, LogFn
+    from workbench.budget import Budget, LogFn
 
 
 @dataclass(frozen=True)
@@ -247,10 +248,9 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                                                     "batches_per_epoch": per_step})
     entropy_method, advantage_method = methods["entropy"], methods["advantage"]
     entropy_method.start({"total_steps": total_steps})
-    batch_method = methods.get("batch_size")
-    if batch_method is not None:
-        wanted = batch_method.start({"batch_size": prompts * group_size,
-                                     "n_samples": budget.samples or 2**40})
+    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
+    wanted = batch_slot.start(prompts * group_size)
+    if wanted is not None:
         prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     needs = advantage_method.requirements(advantage_method.params)
     rng = random.Random(seed)
@@ -320,11 +320,10 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             break
         if budget.spent(samples, seconds):
             break
-        if batch_method is not None:
-            wanted = batch_method.next_batch_size(step, {
-                "loss": stats["train/policy_loss"], "grad_sq": stats["train/grad_norm"] ** 2,
-                "batch_size": len(batch.scores), "samples": samples,
-                "n_samples": budget.samples or 2**40})
+        wanted = batch_slot.after_step(
+            step, loss=stats["train/policy_loss"], grad_sq=stats["train/grad_norm"] ** 2,
+            batch_size=len(batch.scores), samples=samples)
+        if wanted is not None:
             prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     if "eval/accuracy" not in metrics:
         metrics.update(evaluate(backend, held_out, settings, seed))
@@ -397,7 +396,7 @@ def _update(policy, value_head, optimizer, entropy_method, batch: Batch, old_log
                 return loss.detach()
 
             optimizer.step(closure)
-            stats["method/step_size"] = float(getattr(optimizer, "last_step_size", math.nan))
+            stats["method/step_size"] = step_size_taken(optimizer)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1
@@ -410,13 +409,14 @@ def _loss(policy, value_head, entropy_method, batch, idx, old_log_probs, ref_log
                                                     value_head, rows=idx)
     mask = batch.response_mask[idx]
     old, adv = old_log_probs[idx], advantages[idx]
-    hook = entropy_method.policy_loss_hook(log_probs=log_probs, old_log_probs=old,
-                                           advantages=adv, mask=mask, entropy=entropy.detach())
-    pg_mask = mask * hook["loss_mask"] if "loss_mask" in hook else mask
+    adjusted = adjust_policy_loss(entropy_method, log_probs=log_probs, old_log_probs=old,
+                                  advantages=adv, mask=mask, entropy=entropy,
+                                  clip=settings.clip)
     pg_loss, pg_stats = ppo_clip_loss(
-        log_probs, old, adv, pg_mask, clip_low=hook.get("clip_low", settings.clip),
-        clip_high=hook.get("clip_high", settings.clip), dual_clip=settings.dual_clip,
-        ratio_level=settings.ratio_level, agg=settings.loss_agg, constant=constant)
+        log_probs, old, adv, adjusted.mask, clip_low=adjusted.clip_low,
+        clip_high=adjusted.clip_high, dual_clip=settings.dual_clip,
+        ratio_level=settings.ratio_level, agg=settings.loss_agg, constant=constant,
+        weight=adjusted.weight)
     entropy_term = aggregate(entropy, mask, settings.loss_agg, constant)
     loss = pg_loss - coefficient * entropy_term
     parts = {"train/policy_loss": float(pg_loss.detach()),
@@ -432,10 +432,8 @@ def _loss(policy, value_head, entropy_method, batch, idx, old_log_probs, ref_log
         value_loss = 0.5 * aggregate((values[:, :-1] - returns[idx]) ** 2, mask, "token-mean")
         loss = loss + settings.value_coef * value_loss
         parts["train/value_loss"] = float(value_loss.detach())
-    if "extra_loss" in hook:
-        loss = loss + hook["extra_loss"]
-    for key, value in hook.get("metrics", {}).items():
-        parts[f"method/{key}"] = float(value)
+    loss = loss + adjusted.extra_loss
+    parts.update(adjusted.metrics)
     return loss, parts
 
 

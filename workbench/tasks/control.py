@@ -16,12 +16,15 @@ import torch
 from pydantic import Field
 
 from workbench.envs import make
+from workbench.families import REQUIRABLE
 from workbench.rl.control_loop import LoopSettings, train
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings
 from workbench.tasks.base import Task, TaskParams, cpu_threads
 
-ADVANTAGE_INPUTS = frozenset({"rewards", "values", "dones", "terminated", "next_values", "mask"})
+# the advantage slot's inputs this loop gives (all of REQUIRABLE["advantage"] but the
+# group ones)
+ADVANTAGE_INPUTS = REQUIRABLE["advantage"] - {"group_ids", "reward_baselines"}
 
 
 class ControlParams(TaskParams):

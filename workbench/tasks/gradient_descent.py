@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from workbench.families import BatchSlot, step_size_taken
 from workbench.tasks.base import Budget, LogFn
 
 
@@ -130,11 +131,8 @@ def train(
     if needs_stats and problem.sample_loss is None:
         raise ValueError("this task gives no per-sample loss; the batch-size method needs one")
     batch: torch.Tensor | None = None
-    size = batch_size
-    if batch_method is not None:
-        size = batch_method.start({**problem.info, "batch_size": batch_size,
-                                   "n_samples": problem.n_samples})
-        size = max(1, min(int(size), problem.n_samples))
+    slot = BatchSlot(batch_method, problem.n_samples)
+    size = batch_size if batch_method is None else slot.start(batch_size, **problem.info)
     step_stats: dict[str, float] = {}
 
     def closure(backward: bool = True) -> torch.Tensor:
@@ -182,17 +180,13 @@ def train(
         batch_loss = float(optimizer.step(closure))
         grad_sq = sum(float(torch.sum(v.grad**2)) for v in problem.variables)
         if batch_method is not None:
-            size = int(batch_method.next_batch_size(step, {
-                **step_stats, "loss": batch_loss, "grad_sq": grad_sq, "batch_size": used,
-                "samples": samples + used, "n_samples": problem.n_samples}))
-            size = max(1, min(size, problem.n_samples))
+            size = slot.after_step(step, loss=batch_loss, grad_sq=grad_sq, batch_size=used,
+                                   samples=samples + used, extra=step_stats)
         seconds += time.perf_counter() - started
         samples += used
-        step_size = float(getattr(optimizer, "last_step_size", math.nan))
+        step_size = step_size_taken(optimizer)
         extra = {"train/batch_loss": batch_loss, "train/grad_norm": math.sqrt(grad_sq),
-                 "batch/size": float(used)}
-        if batch_method is not None:
-            extra.update(batch_method.diagnostics())
+                 "batch/size": float(used), **slot.diagnostics()}
         metrics = record(step, extra)
         if not math.isfinite(metrics["train/loss"]):
             diverged = True
