@@ -1,49 +1,26 @@
 """The task contract: a testbed with its training loop and the family slots it offers.
 
 A task never imports the engine: it receives resolved methods, a seed, a device, a budget and
-a ``log(step, metrics)`` callback, and returns its final metrics. Metric names follow one scheme
-across tasks: ``train/loss``, ``train/accuracy``, ``train/grad_norm``, ``method/step_size``,
-``cost/samples``, ``cost/grad_evals``, ``cost/loss_evals``, ``time/wall_seconds``.
+a ``log(step, metrics)`` callback, and returns its final metrics. Every metric name it logs is
+defined once, in ``workbench.metrics``. ``Budget`` and ``LogFn`` live at the bottom layer
+(``workbench.budget``) so that the training loops need not import this module.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
-from pydantic import Field
 
+from workbench.budget import Budget, LogFn
 from workbench.registry import Method
 from workbench.validation import Strict
-
-LogFn = Callable[[int, Mapping[str, float]], None]
 
 
 class TaskParams(Strict):
     """Base of each task's parameter model: unknown keys are errors."""
-
-
-class Budget(Strict):
-    """When a run stops: whichever limit comes first (steps is always set)."""
-
-    steps: int = Field(100, ge=1, le=10_000_000)
-    samples: int | None = Field(None, ge=1)
-    wall_seconds: float | None = Field(None, gt=0)
-
-    def spent(self, samples: int, seconds: float) -> bool:
-        """Whether ``samples`` or ``seconds`` used so far reach their limit (steps are the
-        loop's own count)."""
-        return ((self.samples is not None and samples >= self.samples)
-                or (self.wall_seconds is not None and seconds >= self.wall_seconds))
-
-    def planned_steps(self, batch: int) -> int:
-        """Steps the budget allows at ``batch`` samples each: the horizon schedules use."""
-        if self.samples is None:
-            return self.steps
-        return max(1, min(self.steps, math.ceil(self.samples / batch)))
 
 
 @contextmanager
@@ -84,4 +61,13 @@ class Task:
         budget: Budget,
         log: LogFn,
     ) -> dict[str, Any]:
+        """Train with ``methods`` in the slots from ``seed`` until ``budget`` is spent; return
+        the final metrics.
+
+        ``log(step, metrics)`` is the run's monitor: it records the step's metrics (names from
+        ``workbench.metrics``) and may end the run by raising (the engine's ``StopRun`` when
+        the pruner stops the trial or the objective diverges past the spec's bound, or an
+        interrupt). A loop lets whatever ``log`` raises propagate, holds no state that needs
+        cleaning up past a ``with`` block.
+        """
         raise NotImplementedError

@@ -1,0 +1,80 @@
+"""The metric vocabulary (workbench/metrics.py): one meaning per name across testbeds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from workbench import metrics, registry
+from workbench.tasks import TASKS, Budget
+
+TINY_RLVR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 30,
+             "warmup_batch": 16, "n_train": 200, "n_eval": 16, "eval_k_prompts": 4,
+             "eval_k": 2, "prompts": 4, "group_size": 4, "eval_every": 2, "digits_min": 1,
+             "digits_max": 2, "format_reward": 0.5, "warmup_target": None}
+SMALL_CONTROL = {"num_envs": 2, "rollout_len": 16, "minibatches": 2, "epochs": 1}
+
+# (task, task parameters, methods other than the task's defaults): every loop and every kind
+# of logged name (batch-size diagnostics, an entropy hook's metrics, a value head)
+RUNS = [
+    ("logreg", {}, {"batch_size": ("noise_scale", {})}),
+    ("logreg", {"target_metric": "train/accuracy"}, {"batch_size": ("norm_test", {})}),
+    ("quadratic", {}, {}),
+    ("least_squares", {}, {}),
+    ("simplex", {}, {"step_size": ("fw_short_step", {})}),
+    ("mlp", {}, {}),
+    ("cartpole", SMALL_CONTROL, {"entropy": ("clip_cov", {})}),
+    ("cartpole", {**SMALL_CONTROL, "algorithm": "reinforce"}, {}),
+    ("pendulum", SMALL_CONTROL, {}),
+    ("rlvr-arith", TINY_RLVR, {"entropy": ("clip_cov", {})}),
+    ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
+]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def logged_names(task_name, params, methods) -> set[str]:
+    task = TASKS[task_name]
+    chosen = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    for slot, (name, hyperparameters) in methods.items():
+        chosen[slot] = registry.get(slot, name)(**hyperparameters)
+    for slot in set(task.slots) - set(chosen):  # the step-size slot of the optimisation tasks
+        chosen[slot] = registry.get(slot, "constant")()
+    names: set[str] = set()
+    task().run(task.Params(**params), chosen, seed=0, device=torch.device("cpu"),
+               budget=Budget(steps=3), log=lambda step, m: names.update(m))
+    return names
+
+
+@pytest.mark.parametrize("task_name, params, methods", RUNS,
+                         ids=[f"{t}-{'-'.join(n for n, _ in m.values()) or 'defaults'}"
+                              for t, _, m in RUNS])
+def test_every_logged_name_is_in_the_vocabulary(task_name, params, methods):
+    names = logged_names(task_name, params, methods)
+    assert len(names) > 5
+    unknown = sorted(n for n in names if not metrics.is_known(n))
+    assert not unknown, f"{task_name} logs names that workbench/metrics.py does not define: " \
+                        f"{unknown}"
+
+
+def test_every_objective_a_task_offers_is_in_the_vocabulary():
+    for name, task in TASKS.items():
+        unknown = sorted(m for m in task.metrics if not metrics.is_known(m))
+        assert not unknown, (name, unknown)
+
+
+def test_open_families_and_unknown_names():
+    assert metrics.is_known("method/cov_clipped_frac") and metrics.is_known("eval/pass@8")
+    assert not metrics.is_known("train/approx_kl_k1")
+    assert not metrics.is_known("eval/pass@0") and not metrics.is_known("method/")
+    assert metrics.unit("train/approx_kl") == "nats"
+
+
+def test_readme_metrics_table_is_the_vocabulary():
+    readme = (ROOT / "README.md").read_text()
+    assert metrics.markdown_table() in readme, \
+        "README's metrics table differs from workbench.metrics.markdown_table(); paste it in"

@@ -1,0 +1,172 @@
+"""The metric vocabulary: every name a testbed logs, with one meaning across testbeds.
+
+A name means the same quantity wherever it is logged, so a report may put two testbeds' values
+side by side. Each entry gives the definition, the unit, and, where one function computes it
+for every loop, that function. Two families of names are open:
+
+- ``method/<name>``: a method's own diagnostics (an entropy hook's ``metrics``, the step-size
+  slot's ``method/step_size``); the method's docstring defines them;
+- ``eval/pass@K``: the RLVR evaluation's pass@K for the task's ``eval_k``.
+
+README's metrics table is ``markdown_table()`` (tests/test_metrics.py checks it), and a test
+fails when a testbed logs a name that is not here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    definition: str
+    unit: str
+    computed_by: str = ""  # the one function that computes it, where the loops share one
+
+
+_KL = "workbench.rl.losses.approx_kl"
+_CLIP = "workbench.rl.losses.clip_fractions"
+
+VOCABULARY: dict[str, Metric] = {
+    # -- what the run paid: the fair-comparison axes
+    "cost/samples": Metric("training examples (or completions, or environment steps) consumed "
+                           "so far", "samples"),
+    "cost/grad_evals": Metric("per-example gradient evaluations so far", "evaluations"),
+    "cost/loss_evals": Metric("per-example loss evaluations so far (line searches, Polyak "
+                              "steps)", "evaluations"),
+    "cost/env_steps": Metric("environment steps so far, summed over the batched "
+                             "environments", "steps"),
+    "cost/updates": Metric("policy updates so far", "updates"),
+    "cost/tokens": Metric("tokens processed by training so far (prompt and response)",
+                          "tokens"),
+    "cost/completions": Metric("completions kept for training this step", "completions"),
+    "cost/generated_tokens": Metric("response tokens generated this step", "tokens"),
+    "time/wall_seconds": Metric("wall-clock seconds of the run so far, not counting set-up",
+                                "s"),
+    "time/env_steps_per_second": Metric("environment steps per second of the last update",
+                                        "steps/s"),
+    "time/rollout_seconds": Metric("seconds spent generating this step's completions", "s"),
+    "time/rollout_tokens_per_second": Metric("generated tokens per second this step",
+                                             "tokens/s"),
+    "time/train_tokens_per_second": Metric("tokens per second through the training passes "
+                                           "this step", "tokens/s"),
+    # -- what the batch-size slot chose
+    "batch/size": Metric("examples in the step's minibatch", "examples"),
+    "batch/num_envs": Metric("environments in the update's rollout", "environments"),
+    "batch/rollout_len": Metric("steps per environment in the update's rollout", "steps"),
+    "batch/prompts": Metric("prompts P in the step's batch", "prompts"),
+    "batch/group_size": Metric("completions G per prompt in the step's batch", "completions"),
+    "batch/noise_scale": Metric("the simple noise scale B = tr(Sigma) / |G|^2 (McCandlish et "
+                                "al. 2018) of the noise_scale method", "examples"),
+    "batch/grad_sq_est": Metric("noise_scale's bias-corrected estimate of |G|^2", "loss^2"),
+    "batch/trace_cov_est": Metric("noise_scale's bias-corrected estimate of tr(Sigma)",
+                                  "loss^2"),
+    "batch/norm_test_stat": Metric("norm_test's statistic Var[g_i] / (b |g|^2) on the last "
+                                   "tested batch of size b (Byrd et al. 2012)", "ratio"),
+    # -- training quantities
+    "train/loss": Metric("the objective f(x) on the full training set", "loss"),
+    "train/batch_loss": Metric("the loss on the step's minibatch, before the step", "loss"),
+    "train/grad_norm": Metric("L2 norm of the gradient of the loss the step used (before "
+                              "clipping)", "norm"),
+    "train/accuracy": Metric("fraction of the training examples (supervised) or of the "
+                             "step's completions (RLVR) that are correct", "fraction"),
+    "train/min_margin": Metric("smallest signed margin y <w, x> over the training set",
+                               "margin"),
+    "train/suboptimality": Metric("f(x) - f*, with f* exact or a bound", "loss"),
+    "train/steps_to_target": Metric("first step at which the task's target metric reached "
+                                    "its target value", "steps"),
+    "train/fw_gap": Metric("Frank-Wolfe duality gap <grad f(x), x - s>, s the linear "
+                           "minimisation oracle's vertex of the feasible set", "loss"),
+    "train/infeasibility": Metric("how far x is outside the feasible set: |sum x - 1| or the "
+                                  "largest negative entry (simplex), L1 excess (L1 ball)",
+                                  "norm"),
+    "val/loss": Metric("the loss on the held-out validation split", "loss"),
+    "val/accuracy": Metric("fraction of the validation split classified correctly",
+                           "fraction"),
+    # -- reinforcement learning (control and RLVR)
+    "train/return": Metric("mean undiscounted return of the episodes that ended in the "
+                           "update's rollout", "return"),
+    "train/return_recent": Metric("mean return of the last 100 episodes", "return"),
+    "train/episode_length": Metric("mean length of the episodes that ended in the rollout",
+                                   "steps"),
+    "train/episodes": Metric("episodes that ended in the rollout", "episodes"),
+    "train/rollout_entropy": Metric("mean policy entropy over the rollout's actions, as "
+                                    "sampled", "nats"),
+    "train/entropy": Metric("mean policy entropy per action (control) or per response token "
+                            "(RLVR) on the update's batch", "nats"),
+    "train/policy_loss": Metric("the policy-gradient term of the loss (PPO-clip surrogate or "
+                                "REINFORCE), aggregated as the loop's loss_agg", "loss"),
+    "train/value_loss": Metric("0.5 mean squared error of the value head against its "
+                               "returns", "loss"),
+    "train/entropy_loss": Metric("the entropy term the coefficient multiplies, aggregated as "
+                                 "the policy loss", "nats"),
+    "train/approx_kl": Metric("k3 estimate of KL(pi_old || pi): token mean of (r - 1) - log r, "
+                              "log r clamped to +-20 (verl's clamp; verl's ppo_kl is k1)",
+                              "nats", _KL),
+    "train/clip_frac_low": Metric("fraction of tokens where the lower PPO clip binds: "
+                                  "r < 1 - clip_low and A < 0", "fraction", _CLIP),
+    "train/clip_frac_high": Metric("fraction of tokens where the upper PPO clip binds: "
+                                   "r > 1 + clip_high and A > 0", "fraction", _CLIP),
+    "train/clip_frac": Metric("clip_frac_low + clip_frac_high (verl's pg_clipfrac)",
+                              "fraction", _CLIP),
+    "train/dual_clip_frac": Metric("fraction of tokens where the dual clip binds (A < 0, "
+                                   "-A r above -A c)", "fraction",
+                                   "workbench.rl.losses.ppo_clip_loss"),
+    "train/ratio_mean": Metric("mean importance ratio pi / pi_old over the tokens", "ratio",
+                               "workbench.rl.losses.ppo_clip_loss"),
+    "train/explained_variance": Metric("1 - Var[R - V] / Var[R] of the value head on the "
+                                       "rollout", "fraction"),
+    "train/kl_ref": Metric("KL(pi || pi_ref) to the starting checkpoint, estimator kl_kind, "
+                           "aggregated as the policy loss", "nats",
+                           "workbench.rl.losses.kl_penalty"),
+    "train/reward": Metric("mean reward of the step's completions", "reward"),
+    "train/response_length": Metric("mean response length of the step's completions",
+                                    "tokens"),
+    "train/zero_variance_groups": Metric("fraction of prompt groups whose rewards are all "
+                                         "equal", "fraction"),
+    "train/rollout_draws": Metric("prompt draws the step needed (dynamic sampling refills)",
+                                  "draws"),
+    "train/truncated_fraction": Metric("fraction of completions cut at max_new_tokens",
+                                       "fraction"),
+    "adv/mean": Metric("mean advantage over valid tokens (or actions)", "advantage"),
+    "adv/std": Metric("standard deviation of the advantages over valid tokens", "advantage"),
+    "adv/abs_max": Metric("largest |advantage| over valid tokens", "advantage"),
+    "adv/zero_fraction": Metric("fraction of valid tokens whose advantage is exactly 0",
+                                "fraction"),
+    "eval/accuracy": Metric("held-out greedy accuracy (pass@1 of the greedy completion)",
+                            "fraction"),
+    "eval/pass@1_sampled": Metric("held-out pass@1 of sampled completions (mean over the K "
+                                  "samples)", "fraction"),
+    "eval/response_length": Metric("mean length of the held-out greedy completions",
+                                   "tokens"),
+    # -- what the method slots chose
+    "method/step_size": Metric("the effective step size the step-size slot took (NaN where "
+                               "a method has none)", "step size"),
+    "method/entropy_coef": Metric("the entropy slot's coefficient c for the update",
+                                  "coefficient"),
+}
+
+_OPEN = (re.compile(r"method/[A-Za-z0-9_]+"), re.compile(r"eval/pass@[1-9][0-9]*"))
+
+
+def is_known(name: str) -> bool:
+    """Whether `name` is in the vocabulary or in one of its open families."""
+    return name in VOCABULARY or any(p.fullmatch(name) for p in _OPEN)
+
+
+def unit(name: str) -> str:
+    """The unit of a known metric ('' for an open family's name)."""
+    return VOCABULARY[name].unit if name in VOCABULARY else ""
+
+
+def markdown_table() -> str:
+    """README's metrics table, one row per name."""
+    rows = ["| metric | unit | definition |", "|---|---|---|"]
+    for name, metric in VOCABULARY.items():
+        where = f" (`{metric.computed_by}`)" if metric.computed_by else ""
+        rows.append(f"| `{name}` | {metric.unit} | {metric.definition}{where} |")
+    rows.append("| `method/<name>` | | a method's own diagnostic, defined in its docstring |")
+    rows.append("| `eval/pass@K` | fraction | held-out pass@K over K sampled completions "
+                "(`eval_k`) |")
+    return "\n".join(rows)
