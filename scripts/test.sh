@@ -8,4 +8,5 @@ bash scripts/setup.sh
 bash scripts/setup_postgres.sh
 bash scripts/setup_browser.sh
 .venv/bin/ruff check .
+.venv/bin/lint-imports  # the import rules of DESIGN.md (pyproject.toml, [tool.importlinter])
 .venv/bin/python -m pytest -q --durations=10 "$@"

@@ -122,6 +122,8 @@ def cmd_sweep(args) -> int:
     from workbench import engine  # after the spec: bad input never pays for MLflow's import
     from workbench.progress import SweepProgress
 
+    engine.quiet_libraries()
+
     engine.resolve_device(args.device or sweep.spec.device)
     _reachable(sweep.storage)
     for note in sweep.notes:

@@ -40,15 +40,13 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from workbench import stats, tracking
+from workbench import layout, stats, tracking
 from workbench.cache import cache_root
 from workbench.objective import ObjectiveTracker
 from workbench.processes import process_alive
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, StudyPlan, Sweep, load
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -160,7 +158,7 @@ def setup(sweep: Sweep, store: Store) -> None:
             if "mlflow_run_id" in study.user_attrs:
                 continue
             tags = {**tracking.provenance(), **_plan_tags(sweep, plan),
-                    "workbench.kind": "study", "optuna.study_name": plan.name,
+                    layout.KIND: layout.STUDY, "optuna.study_name": plan.name,
                     "optuna.study_id": study._study_id}
             run_id = tracking.start_run(client, experiment_id, plan.label, tags=tags,
                                         params=_study_params(sweep, plan))
@@ -172,13 +170,13 @@ def setup(sweep: Sweep, store: Store) -> None:
 
 
 def _plan_tags(sweep: Sweep, plan: StudyPlan) -> dict[str, str]:
-    tags = {"workbench.sweep": sweep.name, "workbench.study": plan.name,
-            "workbench.method": plan.label, "workbench.task": sweep.task.name}
+    tags = {layout.SWEEP: sweep.name, layout.STUDY_NAME: plan.name,
+            layout.METHOD: plan.label, layout.TASK: sweep.task.name}
     for m in plan.methods:
-        tags[f"workbench.method.{m.slot}"] = m.cls.name
-        tags[f"workbench.fidelity.{m.slot}"] = m.cls.fidelity
+        tags[layout.slot_tag(layout.METHOD, m.slot)] = m.cls.name
+        tags[layout.slot_tag(layout.FIDELITY, m.slot)] = m.cls.fidelity
     fidelities = {m.cls.fidelity for m in plan.methods if not m.implicit}
-    tags["workbench.fidelity"] = fidelities.pop() if len(fidelities) == 1 else "mixed"
+    tags[layout.FIDELITY] = fidelities.pop() if len(fidelities) == 1 else "mixed"
     return tags
 
 
@@ -291,7 +289,7 @@ class Worker:
         for t in trials:
             if _worker_died(t) and f"closed.{t.number}" not in marks:
                 run_id = t.user_attrs.get("mlflow_run_id")
-                if run_id and self.client.get_run(run_id).info.status != "FAILED":
+                if run_id and self.client.get_run(run_id).info.status != layout.FAILED:
                     self._end_like(run_id, t)
                 study.set_user_attr(f"closed.{t.number}", True)
 
@@ -310,7 +308,7 @@ class Worker:
             return
         reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("interrupted")
                   or "worker died")
-        tracking.finish_run(self.client, run_id, "fail", tags={"workbench.fail_reason": reason})
+        tracking.finish_run(self.client, run_id, "fail", tags={layout.FAIL_REASON: reason})
 
     def _close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
         """End the study's MLflow run once the study is done, under the claim lock so that one
@@ -323,13 +321,13 @@ class Worker:
             run_id = study.user_attrs["mlflow_run_id"]
             status = self.client.get_run(run_id).info.status
             if sum(t.state in FINISHED for t in trials) >= plan.n_trials:
-                if status != "FINISHED":
+                if status != layout.FINISHED:
                     self._end_study_run(study, plan, run_id, "complete")
-            elif status == "RUNNING":
+            elif status == layout.RUNNING:
                 reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
                 if reason:
                     self._end_study_run(study, plan, run_id, "fail",
-                                        tags={"workbench.fail_reason": reason})
+                                        tags={layout.FAIL_REASON: reason})
 
     def _end_study_run(self, study, plan, run_id: str, state: str, tags=None) -> None:
         metrics, name = {}, plan.label
@@ -370,7 +368,7 @@ class Worker:
         experiment_id = study.user_attrs["mlflow_experiment_id"]
         trial_run = tracking.start_run(
             self.client, experiment_id, f"{plan.label} t{trial.number}",
-            tags={**tags, "workbench.kind": "trial"}, params=params,
+            tags={**tags, layout.KIND: layout.TRIAL}, params=params,
             parent=study.user_attrs["mlflow_run_id"])
         trial.set_user_attr("mlflow_run_id", trial_run)
         self.client.log_dict(trial_run, config, "config.yaml")
@@ -384,8 +382,8 @@ class Worker:
             except StopRun as stop:
                 trial.set_user_attr("prune_reason", stop.reason)
                 tracking.finish_run(self.client, trial_run, "pruned",
-                                    tags={"workbench.prune_reason": stop.reason,
-                                          "workbench.prune_detail": stop.detail})
+                                    tags={layout.PRUNE_REASON: stop.reason,
+                                          layout.PRUNE_DETAIL: stop.detail})
                 study.tell(trial, state=TrialState.PRUNED)
                 return
             except BaseException as err:
@@ -406,7 +404,7 @@ class Worker:
         unused = unused_knobs(plan, methods)
         if not unused:
             return
-        self.client.set_tag(trial_run, "workbench.unused_knobs", ",".join(unused))
+        self.client.set_tag(trial_run, layout.UNUSED_KNOBS, ",".join(unused))
         if plan.name in self.warned:
             return
         self.warned.add(plan.name)
@@ -423,7 +421,7 @@ class Worker:
             key = "fail_reason" if isinstance(err, Exception) else "interrupted"
             trial.set_user_attr(key, reason)
             tracking.finish_run(self.client, trial_run, "fail",
-                                tags={"workbench.fail_reason": reason})
+                                tags={layout.FAIL_REASON: reason})
         finally:
             study.tell(trial, state=TrialState.FAIL)
 
@@ -434,7 +432,7 @@ class Worker:
         name = f"{plan.label} t{trial.number} s{seed}"
         seed_run = tracking.start_run(
             self.client, experiment_id, name,
-            tags={**tags, "workbench.kind": "seed", "workbench.seed": seed},
+            tags={**tags, layout.KIND: layout.SEED, layout.SEED_TAG: seed},
             params={**params, "seed": seed}, parent=trial_run)
         objective = ObjectiveTracker(sweep.metric, sweep.direction, spec.objective.at)
         marks = report_steps(spec.budget.steps, spec.pruner.report_points)
@@ -473,13 +471,13 @@ class Worker:
         except StopRun as stop:
             self.sink.flush()
             tracking.finish_run(self.client, seed_run, "pruned",
-                                tags={"workbench.prune_reason": stop.reason,
-                                      "workbench.prune_detail": stop.detail})
+                                tags={layout.PRUNE_REASON: stop.reason,
+                                      layout.PRUNE_DETAIL: stop.detail})
             raise
         except BaseException as err:
             self.sink.flush()
             tracking.finish_run(self.client, seed_run, "fail",
-                                tags={"workbench.fail_reason": f"{type(err).__name__}: {err}"})
+                                tags={layout.FAIL_REASON: f"{type(err).__name__}: {err}"})
             raise
         self.sink.flush()
         tracking.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
@@ -593,7 +591,14 @@ def terminate_gracefully() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def quiet_libraries() -> None:
+    """Optuna's per-trial INFO lines off: set by the entry points (the CLI, a worker process),
+    never at import, so a program that imports the engine keeps its own logging settings."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
 def _worker_main(source: str, storage: str, device: str, index: int, threads: int) -> None:
+    quiet_libraries()
     terminate_gracefully()
     torch.set_num_threads(threads)
     sweep = load(source, storage=storage)

@@ -31,20 +31,17 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import optuna.distributions as od
+import pandas as pd
+from matplotlib.figure import Figure  # no pyplot: no backend, no global state
+from pydantic import Field, ValidationError
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import optuna.distributions as od  # noqa: E402
-import pandas as pd  # noqa: E402
-from pydantic import Field, ValidationError  # noqa: E402
-
-from workbench import results, stats  # noqa: E402
+from workbench import layout, results, stats
 from workbench.processes import process_alive
-from workbench.spec import ReportOptions, Sweep, load  # noqa: E402
-from workbench.store import Store, redact  # noqa: E402
-from workbench.validation import SpecError, Strict, shorten, spec_error  # noqa: E402
+from workbench.spec import ReportOptions, Sweep, load
+from workbench.store import Store, redact
+from workbench.validation import SpecError, Strict, shorten, spec_error
 
 # Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
 PALETTE = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
@@ -130,7 +127,7 @@ def read_sweep(sweep: Sweep, options: ReportOptions) -> SweepData:
     if experiment is None:
         raise ReportError(f"the store has no runs of sweep {sweep.name!r}")
     runs = results.runs(store, experiment)
-    if "workbench.kind" not in runs or not (runs["workbench.kind"] == "seed").any():
+    if layout.KIND not in runs or not (runs[layout.KIND] == layout.SEED).any():
         raise ReportError(f"sweep {sweep.name!r} has no runs yet")
     keys = {sweep.metric, "objective", *(options.metrics or []),
             *(a for a in options.x_axes if a != "step")}
@@ -142,23 +139,23 @@ def read_sweep(sweep: Sweep, options: ReportOptions) -> SweepData:
     data = SweepData(sweep, experiment, runs, results.params(store, experiment), history)
     objective = (history[history["key"] == "objective"].groupby("run_id")["value"].last())
     for plan in sweep.studies:
-        trials = runs[(runs["workbench.kind"] == "trial")
-                      & (runs["workbench.study"] == plan.name)].copy()
+        trials = runs[(runs[layout.KIND] == layout.TRIAL)
+                      & (runs[layout.STUDY_NAME] == plan.name)].copy()
         trials["objective"] = trials["run_id"].map(objective)
         trials["number"] = trials["optuna.trial_number"].astype(int)
-        trials["reason"] = trials.get("workbench.prune_reason")
-        done = trials[(trials["status"] == "FINISHED") & trials["objective"].notna()]
+        trials["reason"] = trials.get(layout.PRUNE_REASON)
+        done = trials[(trials["status"] == layout.FINISHED) & trials["objective"].notna()]
         best_run, seeds = None, pd.DataFrame(columns=["run_id", "seed", "objective"])
         if not done.empty:
             pick = (done["objective"].idxmin() if sweep.direction == "minimize"
                     else done["objective"].idxmax())
             best_run = done.loc[pick, "run_id"]
-            seeds = runs[(runs["workbench.kind"] == "seed")
+            seeds = runs[(runs[layout.KIND] == layout.SEED)
                          & (runs["mlflow.parentRunId"] == best_run)
-                         & (runs["status"] == "FINISHED")].copy()
-            seeds["seed"] = seeds["workbench.seed"].astype(int)
+                         & (runs["status"] == layout.FINISHED)].copy()
+            seeds["seed"] = seeds[layout.SEED_TAG].astype(int)
             seeds["objective"] = seeds["run_id"].map(objective)
-        tagged = trials.get("workbench.fidelity", pd.Series(dtype=str)).dropna().unique()
+        tagged = trials.get(layout.FIDELITY, pd.Series(dtype=str)).dropna().unique()
         fidelity = (set(tagged) if len(tagged)
                     else {m.cls.fidelity for m in plan.methods if not m.implicit})
         data.methods.append(MethodData(
@@ -211,7 +208,6 @@ class Report:
             path = self.out / f"{stem}{suffix}"
             fig.savefig(path, dpi=120)
             self.written.append(path)
-        plt.close(fig)
         self._provenance(self.out / f"{stem}.png", run_ids, sweeps)
 
     def _line(self, ax, label: str, x, y, **kwargs):
@@ -240,8 +236,8 @@ class Report:
         return self.written
 
     def _axes(self, count: int, width: float = 6.0):
-        fig, axes = plt.subplots(1, count, figsize=(max(width * count, 8.0), 4.6),
-                                 squeeze=False)
+        fig = Figure(figsize=(max(width * count, 8.0), 4.6))
+        axes = fig.subplots(1, count, squeeze=False)
         return fig, axes[0]
 
     def curves(self, metric: str, axis: str) -> None:
@@ -276,8 +272,6 @@ class Report:
         fig.tight_layout()
         if drawn:
             self._save(fig, f"curves_{_slug(metric)}_{_slug(axis)}", used, self.data)
-        else:
-            plt.close(fig)
 
     def _on_grid(self, d: SweepData, run_ids, metric: str, axis: str):
         """Each seed's curve interpolated onto a common grid over the range all seeds cover."""
@@ -429,7 +423,7 @@ class Report:
         rng = np.random.default_rng(0)
         for ax, d in zip(axes, self.data, strict=True):
             for m in d.methods:
-                values = m.trials[m.trials["status"] == "FINISHED"]["objective"].dropna()
+                values = m.trials[m.trials["status"] == layout.FINISHED]["objective"].dropna()
                 values = values.to_numpy(dtype=float)
                 if values.size == 0:
                     continue
@@ -463,11 +457,12 @@ class Report:
             return
         cols = min(4, len(tuned))
         rows = math.ceil(len(tuned) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+        fig = Figure(figsize=(4 * cols, 3.2 * rows))
+        axes = fig.subplots(rows, cols, squeeze=False)
         used = []
         params = d.params.set_index("run_id") if "run_id" in d.params else pd.DataFrame()
         for ax, (m, name) in zip(axes.flat, tuned, strict=False):
-            done = m.trials[(m.trials["status"] == "FINISHED") & m.trials["objective"].notna()]
+            done = m.trials[(m.trials["status"] == layout.FINISHED) & m.trials["objective"].notna()]
             raw = params.reindex(done["run_id"]).get(name, pd.Series(dtype=object))
             colour, _ = self.style[m.label]
             dist = m.space[name]
@@ -514,13 +509,13 @@ class Report:
         rows, used = [], []
         for m in d.methods:
             trials = m.trials
-            pruned = trials[trials["status"] == "KILLED"]
+            pruned = trials[trials["status"] == layout.KILLED]
             diverged = int((pruned.get("reason") == "diverged").sum())
             row = {"method": m.label, "fidelity": m.fidelity, "seeds": len(m.seeds),
                    "trials": f"{int(trials['status'].isin(['FINISHED', 'KILLED']).sum())}/"
                              f"{next(p.n_trials for p in d.sweep.studies if p.label == m.label)}",
                    "pruned": len(pruned) - diverged, "diverged": diverged,
-                   "failed": int((trials["status"] == "FAILED").sum())}
+                   "failed": int((trials["status"] == layout.FAILED).sum())}
             values = m.seeds["objective"].to_numpy(dtype=float)
             row["iqm"], row["iqm_low"], row["iqm_high"] = (
                 stats.aggregate(values, "iqm"),

@@ -1,4 +1,5 @@
-"""MLflow layout of a sweep (DESIGN.md, "Tracking layout").
+"""Writing a sweep to MLflow, in the layout ``workbench.layout`` defines (DESIGN.md,
+"Tracking layout").
 
 One experiment per sweep; a parent run per study, a child run per trial, a run per seed under
 its trial. Params hold every resolved hyperparameter; tags hold provenance (git commit, dirty
@@ -19,7 +20,7 @@ from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
 
-STATUS = {"complete": "FINISHED", "pruned": "KILLED", "fail": "FAILED"}
+from workbench.layout import STATUS
 
 
 @functools.cache

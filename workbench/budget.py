@@ -1,0 +1,33 @@
+"""When a run stops (``Budget``) and how it reports a step (``LogFn``): the bottom-layer types
+every testbed's loop and the engine share."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+from pydantic import Field
+
+from workbench.validation import Strict
+
+LogFn = Callable[[int, Mapping[str, float]], None]
+
+
+class Budget(Strict):
+    """When a run stops: whichever limit comes first (steps is always set)."""
+
+    steps: int = Field(100, ge=1, le=10_000_000)
+    samples: int | None = Field(None, ge=1)
+    wall_seconds: float | None = Field(None, gt=0)
+
+    def spent(self, samples: int, seconds: float) -> bool:
+        """Whether ``samples`` or ``seconds`` used so far reach their limit (steps are the
+        loop's own count)."""
+        return ((self.samples is not None and samples >= self.samples)
+                or (self.wall_seconds is not None and seconds >= self.wall_seconds))
+
+    def planned_steps(self, batch: int) -> int:
+        """Steps the budget allows at ``batch`` samples each: the horizon schedules use."""
+        if self.samples is None:
+            return self.steps
+        return max(1, min(self.steps, math.ceil(self.samples / batch)))
