@@ -14,10 +14,9 @@ Per update u:
        L = mean(max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)))
            + value_coef * L_V - c * mean(H) (+ the entropy method's extra loss)
 
-   the first term by ``workbench.rl.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows of
-   one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
-
-   where L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
+   The first term is ``workbench.rl.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows
+   of one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
+   L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
    ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
    method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
    closure, then ``optimizer.step(closure)`` (the step-size slot) and ``optimizer.observe``.
