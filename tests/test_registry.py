@@ -1,3 +1,5 @@
+import copy
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -95,6 +97,8 @@ def test_hyperparameters_are_read_through_hp_and_each_read_is_recorded():
     with pytest.raises(AttributeError, match="read-only"):
         method.hp.lr = 1.0
     assert method.hyperparameters_read() == {"lr"}
+    for copied in (copy.deepcopy(method), pickle.loads(pickle.dumps(method))):
+        assert copied.hp.lr == 0.5 and copied.params == method.params
 
 
 def test_hyperparameters_may_share_a_name_with_the_methods_own_attributes(tmp_path,

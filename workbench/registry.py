@@ -70,6 +70,9 @@ class HyperparameterValues:
         raise AttributeError(f"{self._owner}: hyperparameters are read-only (set {name!r} in "
                              "the constructor's keyword arguments)")
 
+    def __reduce__(self):  # copy and pickle rebuild the view (reads are not carried over)
+        return type(self), (self._owner, self._values)
+
     def __dir__(self) -> list[str]:
         return sorted(self._values)
 
