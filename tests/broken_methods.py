@@ -36,10 +36,10 @@ class NegativeStepSize(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
-        return _ShrinkingSGD(params, self.lr)
+        return _ShrinkingSGD(params, self.hp.lr)
 
 
 class _ForgetfulSGD(FlatOptimizer):
@@ -62,7 +62,7 @@ class ForgetfulStepSize(StepSizeMethod):
     fidelity = "reconstructed"
 
     def build(self, params, info):
-        return _ForgetfulSGD(params, self.lr)
+        return _ForgetfulSGD(params, self.hp.lr)
 
 
 class ZeroBatch(BatchSizeMethod):
@@ -162,10 +162,10 @@ class ConstantEntropy(EntropyMethod):
     fidelity = "reconstructed"
 
     def coefficient(self, step, entropy):
-        return self.coef
+        return self.hp.coef
 
     def coefficient_bounds(self):
-        return (self.coef, self.coef)
+        return (self.hp.coef, self.hp.coef)
 
 
 class GroupNormalizedReward(AdvantageMethod):
@@ -188,7 +188,7 @@ class GroupNormalizedReward(AdvantageMethod):
             in_group = valid & rows[:, None]
             picked = rewards[in_group]
             std = picked.std() if picked.numel() > 1 else picked.new_zeros(())
-            advantages[in_group] = (picked - picked.mean()) / (std + self.eps)
+            advantages[in_group] = (picked - picked.mean()) / (std + self.hp.eps)
         return advantages, advantages.clone()
 
 

@@ -113,10 +113,10 @@ class CapBrokenAtHighEnd(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return min(self.lr, 1.0) * 1.5
+        return min(self.hp.lr, 1.0) * 1.5
 
     def build(self, params, info):
-        return _CappedSGD(params, self.lr)
+        return _CappedSGD(params, self.hp.lr)
 
 
 def test_a_fault_at_the_end_of_a_search_range_names_that_configuration():

@@ -114,7 +114,7 @@ def test_backtracking_meets_its_sufficient_decrease_condition():
         opt.step(closure)
         gamma, estimate = opt.last_step_size, opt.param_groups[0]["smoothness"]
         bound = -gamma * float(-g @ d) + 0.5 * gamma**2 * estimate * float(d @ d)
-        assert float(objective.value(x.detach())) - f0 <= bound + fw.slack + 1e-15
+        assert float(objective.value(x.detach())) - f0 <= bound + fw.hp.slack + 1e-15
 
 
 def test_state_survives_state_dict():

@@ -115,7 +115,7 @@ class RaisesDemo(StepSizeMethod):
 
     def build(self, params, info):
         before_raising()
-        raise RuntimeError(f"boom: this method always fails (lr={self.lr})")
+        raise RuntimeError(f"boom: this method always fails (lr={self.hp.lr})")
 '''
 
 # With two workers: trial 0 fails only once another trial is running; that trial (in flight

@@ -487,8 +487,11 @@ class Worker:
 
 def unused_knobs(plan: StudyPlan, methods: dict) -> list[str]:
     """Searched hyperparameters (``slot.name``) that the methods never read in a run."""
-    return [name for name in plan.search_space()
-            if name.split(".", 1)[1] not in methods[name.split(".", 1)[0]].read]
+    def read(name: str) -> bool:
+        slot, knob = name.split(".", 1)
+        return knob in methods[slot].hyperparameters_read()
+
+    return [name for name in plan.search_space() if not read(name)]
 
 
 def _raised(trials) -> int:

@@ -42,8 +42,48 @@ class Reference:
         return f"{text}; impl: {self.implementation}" if self.implementation else text
 
 
+class HyperparameterValues:
+    """A method's resolved hyperparameters, read as attributes (``self.hp.lr``); read-only.
+
+    Every name read is recorded (``Method.hyperparameters_read``: the engine's unused-knob
+    check). The view has no public attribute of its own, so any identifier not starting with
+    ``_`` may name a hyperparameter (``params``, ``read``, ``hp``, ...).
+    """
+
+    __slots__ = ("_owner", "_values", "_read")
+
+    def __init__(self, owner: str, values: dict[str, Any]) -> None:
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_read", set())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # slots not yet set (copy, pickle) or a dunder probe
+            raise AttributeError(name)
+        if name in self._values:
+            self._read.add(name)
+            return self._values[name]
+        raise AttributeError(f"{self._owner} has no hyperparameter {name!r}; "
+                             f"allowed: {', '.join(sorted(self._values)) or '(none)'}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self._owner}: hyperparameters are read-only (set {name!r} in "
+                             "the constructor's keyword arguments)")
+
+    def __reduce__(self):  # copy and pickle rebuild the view (reads are not carried over)
+        return type(self), (self._owner, self._values)
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._values)
+
+    def __repr__(self) -> str:
+        return f"{self._owner}.hp({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+
 class Method:
-    """Base of every registered scheme. Constructors only store resolved hyperparameters."""
+    """Base of every registered scheme. Constructors only store resolved hyperparameters:
+    ``params`` (the dict, for logging and copies) and ``hp`` (the same values, read in the
+    method's code as ``self.hp.NAME``, each read recorded)."""
 
     name: ClassVar[str]
     family: ClassVar[str]
@@ -54,15 +94,11 @@ class Method:
 
     def __init__(self, **params: Any) -> None:
         self.params = self.resolve(params)
-        self.read: set[str] = set()  # hyperparameters the code has looked at (unused knobs)
+        self.hp = HyperparameterValues(self.key(), self.params)
 
-    def __getattr__(self, name: str) -> Any:
-        """Hyperparameters read as attributes (``self.lr``), each read recorded."""
-        params = self.__dict__.get("params")
-        if params is not None and name in params:
-            self.__dict__["read"].add(name)
-            return params[name]
-        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+    def hyperparameters_read(self) -> frozenset[str]:
+        """The hyperparameters the code has read through ``self.hp`` so far (unused knobs)."""
+        return frozenset(self.hp._read)
 
     @classmethod
     def key(cls) -> str:
@@ -114,6 +150,9 @@ def register(cls: type[Method]) -> type[Method]:
     if not isinstance(cls.reference, Reference):
         raise RegistryError(f"{cls.__qualname__}.reference must be a registry.Reference")
     for key, hp in cls.hyperparameters.items():
+        if not key.isidentifier() or key.startswith("_"):
+            raise RegistryError(f"{cls.__qualname__}: hyperparameter name {key!r} must be an "
+                                "identifier not starting with '_' (it is read as self.hp.NAME)")
         try:
             hp.validate(hp.default)
             hp.distribution()

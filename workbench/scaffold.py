@@ -54,10 +54,10 @@ class {cls}(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self) -> float:
-        return self.lr  # the largest step this configuration may take (inf: none)
+        return self.hp.lr  # the largest step this configuration may take (inf: none)
 
     def build(self, params, info):
-        return {cls}Optimizer(params, lr=self.lr)
+        return {cls}Optimizer(params, lr=self.hp.lr)
 ''',
     "batch_size": '''from workbench.families import BatchSizeMethod
 from workbench.hyperparams import Int
@@ -77,8 +77,9 @@ class {cls}(BatchSizeMethod):
     fidelity = "reconstructed"
 
     def start(self, info) -> int:
-        self.upper = min(self.max_size or info["n_samples"], info["n_samples"])
-        self.current = max(self.min_size, min(self.size, self.upper))  # reset all state here
+        # reset all state here; hyperparameters are read as self.hp.NAME
+        self.upper = min(self.hp.max_size or info["n_samples"], info["n_samples"])
+        self.current = max(self.hp.min_size, min(self.hp.size, self.upper))
         return self.current
 
     def next_batch_size(self, step, stats) -> int:
@@ -100,10 +101,10 @@ class {cls}(EntropyMethod):
     fidelity = "reconstructed"
 
     def coefficient_bounds(self) -> tuple[float, float]:
-        return 0.0, self.coef
+        return 0.0, self.hp.coef
 
     def coefficient(self, step: int, entropy: float) -> float:
-        return self.coef  # TODO: your schedule or controller
+        return self.hp.coef  # TODO: your schedule or controller
 ''',
     "advantage": '''import torch
 
@@ -134,7 +135,7 @@ class {cls}(AdvantageMethod):
             rows = group_ids == group
             steps = score[rows][valid[rows] > 0]
             centred = (score[rows] - steps.mean()) * valid[rows]
-            advantages[rows] = centred / (steps.std(unbiased=False) + self.eps)
+            advantages[rows] = centred / (steps.std(unbiased=False) + self.hp.eps)
         return advantages, advantages
 ''',
 }

@@ -55,6 +55,6 @@ class DrGRPO(AdvantageMethod):
         with torch.no_grad():
             scores = sequence_scores(rewards, mask)
             groups = Groups(group_ids, scores.device)
-            advantages = broadcast(scores - group_mean_baseline(scores, groups, self.singleton),
+            advantages = broadcast(scores - group_mean_baseline(scores, groups, self.hp.singleton),
                                    mask)
         return advantages, advantages.clone()

@@ -60,8 +60,8 @@ class GAE(AdvantageMethod):
     def compute(self, *, rewards, values, dones, terminated, next_values, mask=None, **_):
         flags = structure(rewards, dones, terminated, mask)
         bootstrap = zero_where_not(~flags.terminal, next_values)
-        deltas = zero_where_not(flags.valid, rewards + self.gamma * bootstrap - values[:, :-1])
-        decay = self.gamma * self.lam
+        deltas = zero_where_not(flags.valid, rewards + self.hp.gamma * bootstrap - values[:, :-1])
+        decay = self.hp.gamma * self.hp.lam
         carry = torch.zeros_like(rewards[:, 0])
         columns = []
         for t in reversed(range(rewards.shape[1])):

@@ -58,14 +58,14 @@ class GPG(AdvantageMethod):
             scores = sequence_scores(rewards, mask)
             groups = Groups(group_ids, scores.device)
             centred = scores - group_mean_baseline(scores, groups, "score")
-            advantages = broadcast(self._alpha(scores, groups) * centred / self.f_norm, mask)
+            advantages = broadcast(self._alpha(scores, groups) * centred / self.hp.f_norm, mask)
         return advantages, advantages.clone()
 
     def _alpha(self, scores: torch.Tensor, groups: Groups) -> torch.Tensor:
         rows = scores.new_tensor(float(scores.numel()))
-        if self.alpha == "one":
+        if self.hp.alpha == "one":
             return torch.ones_like(rows)
-        if self.alpha == "nonzero_scores":
+        if self.hp.alpha == "nonzero_scores":
             return rows / (scores != 0).sum().clamp(min=1)
         stuck = groups.all_equal(scores) & ~groups.singleton()
         return rows / (rows - stuck.sum()).clamp(min=1)

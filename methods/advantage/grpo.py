@@ -70,14 +70,14 @@ class GRPO(AdvantageMethod):
         with torch.no_grad():
             scores = sequence_scores(rewards, mask)
             groups = Groups(group_ids, scores.device)
-            centred = scores - group_mean_baseline(scores, groups, self.singleton)
-            if self.norm_by_std:
-                unbiased = self.std == "unbiased"
-                if self.scale == "group":
+            centred = scores - group_mean_baseline(scores, groups, self.hp.singleton)
+            if self.hp.norm_by_std:
+                unbiased = self.hp.std == "unbiased"
+                if self.hp.scale == "group":
                     std = groups.std(scores, unbiased)
                     std = torch.where(groups.singleton(), torch.ones_like(std), std)
                 else:
                     std = std_of(scores, unbiased)
-                centred = centred / (std + self.epsilon)
+                centred = centred / (std + self.hp.epsilon)
             advantages = broadcast(centred, mask)
         return advantages, advantages.clone()

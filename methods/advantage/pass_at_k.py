@@ -66,15 +66,15 @@ class PassAtK(AdvantageMethod):
         with torch.no_grad():
             scores = sequence_scores(rewards, mask)
             groups = Groups(group_ids, scores.device)
-            correct = (scores >= self.success_threshold).to(scores.dtype)
+            correct = (scores >= self.hp.success_threshold).to(scores.dtype)
             n = groups.sizes.to(scores.dtype)
             c = groups.sum(correct)
-            k = n.clamp(max=self.k)
-            rho = 1 - _comb_ratio(n - c, n, k, self.k)
+            k = n.clamp(max=self.hp.k)
+            rho = 1 - _comb_ratio(n - c, n, k, self.hp.k)
             sigma = (rho * (1 - rho)).clamp(min=0).sqrt()
-            positive = (1 - rho) / (sigma + self.epsilon)
-            negative = (1 - rho - _comb_ratio(n - c - 1, n - 1, k - 1, self.k)) / (
-                sigma + self.epsilon)
+            positive = (1 - rho) / (sigma + self.hp.epsilon)
+            negative = (1 - rho - _comb_ratio(n - c - 1, n - 1, k - 1, self.hp.k)) / (
+                sigma + self.hp.epsilon)
             per_row = torch.where(correct > 0, positive[groups.index], negative[groups.index])
             advantages = broadcast(per_row, mask)
         return advantages, advantages.clone()

@@ -65,7 +65,7 @@ class ReinforcePP(AdvantageMethod):
 
     def compute(self, *, rewards, mask, **_):
         with torch.no_grad():
-            returns = discounted_returns(rewards, mask, self.gamma)
-            advantages = masked_whiten(returns, mask, unbiased=self.std == "unbiased",
-                                       scale=self.norm_by_std)
+            returns = discounted_returns(rewards, mask, self.hp.gamma)
+            advantages = masked_whiten(returns, mask, unbiased=self.hp.std == "unbiased",
+                                       scale=self.hp.norm_by_std)
         return advantages, returns

@@ -57,7 +57,7 @@ class ReinforcePPBaseline(AdvantageMethod):
         with torch.no_grad():
             scores = sequence_scores(rewards, mask)
             groups = Groups(group_ids, scores.device)
-            centred = broadcast(scores - group_mean_baseline(scores, groups, self.singleton),
+            centred = broadcast(scores - group_mean_baseline(scores, groups, self.hp.singleton),
                                 mask)
-            advantages = masked_whiten(centred, mask, unbiased=self.std == "unbiased")
+            advantages = masked_whiten(centred, mask, unbiased=self.hp.std == "unbiased")
         return advantages, advantages.clone()

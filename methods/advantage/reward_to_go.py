@@ -68,18 +68,18 @@ class RewardToGo(AdvantageMethod):
 
     def compute(self, *, rewards, dones, terminated=None, next_values=None, values=None,
                 mask=None, **_):
-        bootstrap = self.bootstrap
+        bootstrap = self.hp.bootstrap
         flags = structure(rewards, dones, terminated if bootstrap else None, mask)
-        tails = (self.gamma * zero_where_not(flags.cut, next_values) if bootstrap
+        tails = (self.hp.gamma * zero_where_not(flags.cut, next_values) if bootstrap
                  else torch.zeros_like(rewards))
         heads = zero_where_not(flags.valid, rewards + tails)
         carry = torch.zeros_like(rewards[:, 0])
         columns = []
         for t in reversed(range(rewards.shape[1])):
-            carry = heads[:, t] + self.gamma * zero_where_not(flags.continues[:, t], carry)
+            carry = heads[:, t] + self.hp.gamma * zero_where_not(flags.continues[:, t], carry)
             columns.append(carry)
         returns = torch.stack(columns[::-1], dim=1)
-        if self.baseline == "none":
+        if self.hp.baseline == "none":
             return returns.clone(), returns
         advantages = zero_where_not(flags.valid, returns - values[:, :-1])
         return advantages, returns

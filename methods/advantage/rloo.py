@@ -49,7 +49,7 @@ class RLOO(AdvantageMethod):
             groups = Groups(group_ids, scores.device)
             size = groups.row_size().to(scores.dtype)
             others = (size * scores - groups.sum(scores)[groups.index]) / (size - 1).clamp(min=1)
-            lone = scores if self.singleton == "score" else torch.zeros_like(scores)
+            lone = scores if self.hp.singleton == "score" else torch.zeros_like(scores)
             per_row = torch.where(groups.singleton(), lone, others)
             advantages = broadcast(per_row, mask)
         return advantages, advantages.clone()

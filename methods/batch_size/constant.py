@@ -17,7 +17,7 @@ class ConstantBatch(BatchSizeMethod):
     fidelity = "reference-checked"
 
     def start(self, info):
-        self.current = self.size or info.get("batch_size") or info["n_samples"]
+        self.current = self.hp.size or info.get("batch_size") or info["n_samples"]
         return self.current
 
     def next_batch_size(self, step, stats):

@@ -50,19 +50,21 @@ class GeometricRamp(BatchSizeMethod):
 
     def start(self, info):
         self.target = info.get("batch_size") or info["n_samples"]
-        self.lowest, self.highest = size_range(self.min_size, self.max_size, info["n_samples"])
-        self.interval = self.every_samples if self.trigger == "samples" else self.every_steps
+        self.lowest, self.highest = size_range(self.hp.min_size, self.hp.max_size,
+                                               info["n_samples"])
+        by_samples = self.hp.trigger == "samples"
+        self.interval = self.hp.every_samples if by_samples else self.hp.every_steps
         return self.size_after(0)
 
     def next_batch_size(self, step, stats):
-        return self.size_after(stats["samples"] if self.trigger == "samples" else step)
+        return self.size_after(stats["samples"] if self.hp.trigger == "samples" else step)
 
     def size_after(self, consumed: float) -> int:
         """b(consumed), clipped to the bounds."""
-        if self.start_size >= self.target or self.factor == 1.0:
-            return clip_size(min(self.start_size, self.target), self.lowest, self.highest)
+        if self.hp.start_size >= self.target or self.hp.factor == 1.0:
+            return clip_size(min(self.hp.start_size, self.target), self.lowest, self.highest)
         # growths beyond those that reach B change nothing and could overflow factor ** growths
-        enough = math.ceil(math.log(self.target / self.start_size) / math.log(self.factor))
+        enough = math.ceil(math.log(self.target / self.hp.start_size) / math.log(self.hp.factor))
         growths = min(max(math.floor(consumed / self.interval), 0), enough)
-        size = round(self.start_size * self.factor**growths)
+        size = round(self.hp.start_size * self.hp.factor**growths)
         return clip_size(min(size, self.target), self.lowest, self.highest)

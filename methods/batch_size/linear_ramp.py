@@ -58,18 +58,19 @@ class LinearRamp(BatchSizeMethod):
 
     def start(self, info):
         self.target = info.get("batch_size") or info["n_samples"]
-        self.lowest, self.highest = size_range(self.min_size, self.max_size, info["n_samples"])
-        self.span = self.ramp_samples if self.trigger == "samples" else self.ramp_steps
+        self.lowest, self.highest = size_range(self.hp.min_size, self.hp.max_size,
+                                               info["n_samples"])
+        self.span = self.hp.ramp_samples if self.hp.trigger == "samples" else self.hp.ramp_steps
         return self.size_after(0)
 
     def next_batch_size(self, step, stats):
-        return self.size_after(stats["samples"] if self.trigger == "samples" else step)
+        return self.size_after(stats["samples"] if self.hp.trigger == "samples" else step)
 
     def size_after(self, consumed: float) -> int:
         """b(consumed), clipped to the bounds."""
-        if self.start_size >= self.target or self.span == 0 or consumed > self.span:
+        if self.hp.start_size >= self.target or self.span == 0 or consumed > self.span:
             return clip_size(self.target, self.lowest, self.highest)
-        increments = math.ceil((self.target - self.start_size) / self.increment)
+        increments = math.ceil((self.target - self.hp.start_size) / self.hp.increment)
         per_increment = self.span / increments
-        size = self.start_size + int(consumed / per_increment) * self.increment
+        size = self.hp.start_size + int(consumed / per_increment) * self.hp.increment
         return clip_size(min(size, self.target), self.lowest, self.highest)

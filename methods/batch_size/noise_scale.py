@@ -70,8 +70,9 @@ class NoiseScale(BatchSizeMethod):
     fidelity = "reference-checked"
 
     def start(self, info):
-        self.lowest, self.highest = size_range(self.min_size, self.max_size, info["n_samples"])
-        first = self.start_size or info.get("batch_size") or info["n_samples"]
+        self.lowest, self.highest = size_range(self.hp.min_size, self.hp.max_size,
+                                               info["n_samples"])
+        first = self.hp.start_size or info.get("batch_size") or info["n_samples"]
         self.current = clip_size(first, self.lowest, self.highest)
         self.ema_grad_sq = self.ema_trace = 0.0
         self.estimates = 0
@@ -80,8 +81,8 @@ class NoiseScale(BatchSizeMethod):
     def next_batch_size(self, step, stats):
         self.observe(stats["grad_sq_big"], stats["big_batch_size"],
                      stats["grad_sq_small"], stats["small_batch_size"])
-        if step % self.every == 0:
-            proposal = self.scale * self.noise_scale() if self.scale else 0.0
+        if step % self.hp.every == 0:
+            proposal = self.hp.scale * self.noise_scale() if self.hp.scale else 0.0
             if not math.isnan(proposal):
                 self.current = clip_size(proposal, self.lowest, self.highest)
         return self.current
@@ -92,8 +93,8 @@ class NoiseScale(BatchSizeMethod):
             return
         grad_sq = (big * grad_sq_big - small * grad_sq_small) / (big - small)
         trace = (grad_sq_small - grad_sq_big) / (1 / small - 1 / big)
-        ema_grad_sq = self.beta * self.ema_grad_sq + (1 - self.beta) * grad_sq
-        ema_trace = self.beta * self.ema_trace + (1 - self.beta) * trace
+        ema_grad_sq = self.hp.beta * self.ema_grad_sq + (1 - self.hp.beta) * grad_sq
+        ema_trace = self.hp.beta * self.ema_trace + (1 - self.hp.beta) * trace
         if math.isfinite(ema_grad_sq) and math.isfinite(ema_trace):
             self.ema_grad_sq, self.ema_trace = ema_grad_sq, ema_trace
             self.estimates += 1
@@ -107,7 +108,7 @@ class NoiseScale(BatchSizeMethod):
         return math.inf if self.ema_trace > 0 else math.nan
 
     def diagnostics(self):
-        correction = 1 - self.beta**self.estimates if self.estimates else math.nan
+        correction = 1 - self.hp.beta**self.estimates if self.estimates else math.nan
         return {
             "batch/noise_scale": self.noise_scale(),
             "batch/grad_sq_est": self.ema_grad_sq / correction,

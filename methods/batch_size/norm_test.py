@@ -61,21 +61,22 @@ class NormTest(BatchSizeMethod):
     fidelity = "reference-checked"
 
     def start(self, info):
-        self.lowest, self.highest = size_range(self.min_size, self.max_size, info["n_samples"])
-        first = self.start_size or info.get("batch_size") or info["n_samples"]
+        self.lowest, self.highest = size_range(self.hp.min_size, self.hp.max_size,
+                                               info["n_samples"])
+        first = self.hp.start_size or info.get("batch_size") or info["n_samples"]
         self.current = clip_size(first, self.lowest, self.highest)
         self.statistic = math.nan
         return self.current
 
     def next_batch_size(self, step, stats):
-        if (step - 1) % self.every == 0:
+        if (step - 1) % self.hp.every == 0:
             self.test(stats["grad_var"], stats["grad_sq_big"], stats["big_batch_size"])
         return self.current
 
     def test(self, variance: float, grad_sq: float, batch: int) -> None:
         """Run the norm test on one batch and grow the batch size if it fails."""
         self.statistic = _ratio(variance, batch * grad_sq)
-        needed = _ratio(variance, self.eta**2 * grad_sq)
+        needed = _ratio(variance, self.hp.eta**2 * grad_sq)
         if needed > batch:
             self.current = max(self.current, clip_size(needed, self.lowest, self.highest,
                                                        rounding=math.ceil))

@@ -66,7 +66,7 @@ class ClipCov(EntropyMethod):
     fidelity = "reference-checked"
 
     def start(self, info):
-        self._generator = torch.Generator().manual_seed(self.seed)
+        self._generator = torch.Generator().manual_seed(self.hp.seed)
 
     def coefficient(self, step, entropy):
         return 0.0
@@ -81,14 +81,14 @@ class ClipCov(EntropyMethod):
             valid = mask != 0
             log_probs = log_probs.detach()
             ratio = (log_probs - old_log_probs).exp()
-            clipped = -advantages * ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
+            clipped = -advantages * ratio.clamp(1.0 - self.hp.clip_low, 1.0 + self.hp.clip_high)
             already_clipped = clipped > -advantages * ratio
             cov = ((advantages - masked_mean(advantages, valid))
                    * (log_probs - masked_mean(log_probs, valid)))
-            candidates = (valid & ~already_clipped & (cov > self.clip_cov_lb)
-                          & (cov < self.clip_cov_ub)).reshape(-1).nonzero().squeeze(1)
+            candidates = (valid & ~already_clipped & (cov > self.hp.clip_cov_lb)
+                          & (cov < self.hp.clip_cov_ub)).reshape(-1).nonzero().squeeze(1)
             n_valid = valid.sum()
-            n_clip = max(int(self.clip_cov_ratio * int(n_valid)), 1)
+            n_clip = max(int(self.hp.clip_cov_ratio * int(n_valid)), 1)
             dropped = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
             if candidates.numel() > 0:
                 order = torch.randperm(candidates.numel(), generator=self._generator)
@@ -96,8 +96,8 @@ class ClipCov(EntropyMethod):
             dropped = dropped.view(mask.shape)
             loss_weight = (valid & ~dropped).to(log_probs.dtype)
         return {
-            "clip_low": self.clip_low,
-            "clip_high": self.clip_high,
+            "clip_low": self.hp.clip_low,
+            "clip_high": self.hp.clip_high,
             "loss_weight": loss_weight,
             "metrics": {
                 "cov_clipped_frac": fraction(dropped.sum(), n_valid),

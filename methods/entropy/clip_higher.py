@@ -47,19 +47,19 @@ class ClipHigher(EntropyMethod):
     fidelity = "reference-checked"
 
     def coefficient(self, step, entropy):
-        return self.entropy_coef
+        return self.hp.entropy_coef
 
     def coefficient_bounds(self):
-        return (self.entropy_coef, self.entropy_coef)
+        return (self.hp.entropy_coef, self.hp.entropy_coef)
 
     def policy_loss_hook(self, *, log_probs, old_log_probs, advantages, mask, **_):
         valid = mask != 0
         ratio = (log_probs.detach() - old_log_probs).exp()
-        low = valid & (advantages < 0) & (ratio < 1.0 - self.eps_low)
-        high = valid & (advantages > 0) & (ratio > 1.0 + self.eps_high)
+        low = valid & (advantages < 0) & (ratio < 1.0 - self.hp.eps_low)
+        high = valid & (advantages > 0) & (ratio > 1.0 + self.hp.eps_high)
         return {
-            "clip_low": self.eps_low,
-            "clip_high": self.eps_high,
+            "clip_low": self.hp.eps_low,
+            "clip_high": self.hp.eps_high,
             "metrics": {
                 "clipped_low_frac": fraction(low.sum(), valid.sum()),
                 "clipped_high_frac": fraction(high.sum(), valid.sum()),

@@ -26,7 +26,7 @@ class ConstantEntropy(EntropyMethod):
     fidelity = "reference-checked"
 
     def coefficient(self, step, entropy):
-        return self.coef
+        return self.hp.coef
 
     def coefficient_bounds(self):
-        return (self.coef, self.coef)
+        return (self.hp.coef, self.hp.coef)

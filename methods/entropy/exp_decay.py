@@ -43,14 +43,14 @@ class ExpDecay(EntropyMethod):
     fidelity = "reconstructed"
 
     def start(self, info):
-        self._span = self.fraction * max(int(info["total_steps"]), 1)
+        self._span = self.hp.fraction * max(int(info["total_steps"]), 1)
 
     def coefficient(self, step, entropy):
-        first, last = self.initial, self.final
+        first, last = self.hp.initial, self.hp.final
         value = first * (last / first) ** min(step / self._span, 1.0)
         low, high = self.coefficient_bounds()
         return min(max(value, low), high)
 
     def coefficient_bounds(self):
-        first, last = self.initial, self.final
+        first, last = self.hp.initial, self.hp.final
         return (min(first, last), max(first, last))

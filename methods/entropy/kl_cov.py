@@ -78,18 +78,18 @@ class KLCov(EntropyMethod):
                 cov_valid = (adv - adv.mean()) * (logp - logp.mean())
                 cov = cov_valid.new_zeros(valid.shape)
                 cov[valid] = cov_valid
-                k = max(int(n_valid * self.kl_cov_ratio), 1)
+                k = max(int(n_valid * self.hp.kl_cov_ratio), 1)
                 selected = top_k_positions(cov, valid, k)
         abs_kl = (log_probs - old_log_probs).abs()
-        penalty = torch.where(selected, self.kl_coef * abs_kl, torch.zeros_like(abs_kl))
+        penalty = torch.where(selected, self.hp.kl_coef * abs_kl, torch.zeros_like(abs_kl))
         out = {
-            "extra_loss": aggregate(penalty, valid, self.loss_agg_mode),
+            "extra_loss": aggregate(penalty, valid, self.hp.loss_agg_mode),
             "metrics": {
                 "kl_cov_selected_frac": fraction(selected.sum(), n_valid),
                 "kl_cov_abs_kl": fraction(abs_kl.detach()[selected].sum(), selected.sum()),
             },
         }
-        if not self.clip_surrogate:
+        if not self.hp.clip_surrogate:
             out["clip_low"] = 1.0
             out["clip_high"] = float(torch.finfo(log_probs.dtype).max)
         return out

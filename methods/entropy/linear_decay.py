@@ -42,12 +42,12 @@ class LinearDecay(EntropyMethod):
     fidelity = "reconstructed"
 
     def start(self, info):
-        self._span = self.fraction * max(int(info["total_steps"]), 1)
+        self._span = self.hp.fraction * max(int(info["total_steps"]), 1)
 
     def coefficient(self, step, entropy):
-        first, last = self.initial, self.final
+        first, last = self.hp.initial, self.hp.final
         return last + (first - last) * max(0.0, 1.0 - step / self._span)
 
     def coefficient_bounds(self):
-        first, last = self.initial, self.final
+        first, last = self.hp.initial, self.hp.final
         return (min(first, last), max(first, last))

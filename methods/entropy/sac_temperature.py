@@ -70,22 +70,22 @@ class SACTemperature(EntropyMethod):
     fidelity = "reference-checked"
 
     def start(self, info):
-        self._log_alpha = math.log(self.initial_alpha)
+        self._log_alpha = math.log(self.hp.initial_alpha)
         self._moments = (0.0, 0.0)
         self._updates = 0
 
     def coefficient(self, step, entropy):
         alpha = math.exp(self._log_alpha)
-        gap = entropy - self.target
-        grad = alpha * gap if self.loss == "alpha" else gap
+        gap = entropy - self.hp.target
+        grad = alpha * gap if self.hp.loss == "alpha" else gap
         first, second = self._moments
-        first = self.beta1 * first + (1.0 - self.beta1) * grad
-        second = self.beta2 * second + (1.0 - self.beta2) * grad * grad
+        first = self.hp.beta1 * first + (1.0 - self.hp.beta1) * grad
+        second = self.hp.beta2 * second + (1.0 - self.hp.beta2) * grad * grad
         self._updates += 1
-        correction1 = 1.0 - self.beta1 ** self._updates
-        correction2 = 1.0 - self.beta2 ** self._updates
-        denominator = math.sqrt(second) / math.sqrt(correction2) + self.eps
-        self._log_alpha -= (self.lr / correction1) * first / denominator
+        correction1 = 1.0 - self.hp.beta1 ** self._updates
+        correction2 = 1.0 - self.hp.beta2 ** self._updates
+        denominator = math.sqrt(second) / math.sqrt(correction2) + self.hp.eps
+        self._log_alpha -= (self.hp.lr / correction1) * first / denominator
         self._moments = (first, second)
         return alpha
 

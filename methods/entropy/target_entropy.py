@@ -62,17 +62,17 @@ class TargetEntropy(EntropyMethod):
         return resolved
 
     def start(self, info):
-        self._value = self.initial
+        self._value = self.hp.initial
         self._enabled = True
 
     def coefficient(self, step, entropy):
-        used = 0.0 if (self.gate and not self._enabled) else self._value
-        below = entropy < self.target
-        moved = self._value + (self.delta if below else -self.delta)
-        self._value = min(max(moved, self.min_coef), self.max_coef)
+        used = 0.0 if (self.hp.gate and not self._enabled) else self._value
+        below = entropy < self.hp.target
+        moved = self._value + (self.hp.delta if below else -self.hp.delta)
+        self._value = min(max(moved, self.hp.min_coef), self.hp.max_coef)
         self._enabled = below
         return used
 
     def coefficient_bounds(self):
-        low = 0.0 if self.gate else min(self.initial, self.min_coef)
-        return (low, max(self.initial, self.max_coef))
+        low = 0.0 if self.hp.gate else min(self.hp.initial, self.hp.min_coef)
+        return (low, max(self.hp.initial, self.hp.max_coef))

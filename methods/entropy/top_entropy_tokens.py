@@ -57,7 +57,7 @@ class TopEntropyTokens(EntropyMethod):
             n_valid = int(valid.sum())
             selected = torch.zeros_like(valid)
             if n_valid > 0:
-                k = max(1, int(n_valid * self.rho + 0.9999))
+                k = max(1, int(n_valid * self.hp.rho + 0.9999))
                 selected = top_k_positions(entropy.detach(), valid, k)
             threshold = float(entropy[selected].min()) if n_valid > 0 else 0.0
         return {

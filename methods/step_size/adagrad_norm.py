@@ -56,7 +56,7 @@ class AdaGradNorm(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.eta / self.b0
+        return self.hp.eta / self.hp.b0
 
     def build(self, params, info):
-        return AdaGradNormOptimizer(params, self.eta, self.b0)
+        return AdaGradNormOptimizer(params, self.hp.eta, self.hp.b0)

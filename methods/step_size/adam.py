@@ -48,8 +48,8 @@ class Adam(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
-        return _Adam(params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps,
-                     weight_decay=self.weight_decay)
+        return _Adam(params, lr=self.hp.lr, betas=(self.hp.beta1, self.hp.beta2), eps=self.hp.eps,
+                     weight_decay=self.hp.weight_decay)

@@ -58,18 +58,18 @@ class AdamSchedule(Schedule):
     fidelity = "reference-checked"
 
     def multiplier(self, step: int, total_steps: int) -> float:
-        if self.shape != "linear":
+        if self.hp.shape != "linear":
             return super().multiplier(step, total_steps)
-        warmup = min(round(self.warmup_fraction * total_steps), total_steps)
+        warmup = min(round(self.hp.warmup_fraction * total_steps), total_steps)
         if step < warmup:
             return (step + 1) / warmup
         span = max(total_steps - warmup, 1)
-        return self.final_fraction + (1 - self.final_fraction) * (
+        return self.hp.final_fraction + (1 - self.hp.final_fraction) * (
             1 - min(step - warmup, span) / span)
 
     def build(self, params, info):
         total = int(info["total_steps"])
-        optimizer = ScheduledAdamW if self.decoupled else ScheduledAdam
-        return optimizer(params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps,
-                         weight_decay=self.weight_decay,
+        optimizer = ScheduledAdamW if self.hp.decoupled else ScheduledAdam
+        return optimizer(params, lr=self.hp.lr, betas=(self.hp.beta1, self.hp.beta2),
+                         eps=self.hp.eps, weight_decay=self.hp.weight_decay,
                          multiplier=lambda step: self.multiplier(step, total))

@@ -136,8 +136,8 @@ class AdGD(StepSizeMethod):
         return frozenset({"closure"} if params["variant"] == "delta_sgd" else set())
 
     def build(self, params, info):
-        delta = self.variant == "delta_sgd"
+        delta = self.hp.variant == "delta_sgd"
         return AdGDOptimizer(
-            params, variant=self.variant, lr0=self.delta_lr0 if delta else self.lr0,
-            amplifier=self.amplifier, damping=self.damping, eps=self.eps,
+            params, variant=self.hp.variant, lr0=self.hp.delta_lr0 if delta else self.hp.lr0,
+            amplifier=self.hp.amplifier, damping=self.hp.damping, eps=self.hp.eps,
         )

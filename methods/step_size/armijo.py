@@ -109,11 +109,11 @@ class Armijo(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.eta_max
+        return self.hp.eta_max
 
     def build(self, params, info):
         return ArmijoSLS(
-            params, eta0=self.eta0, c=self.c, beta=self.beta, gamma=self.gamma,
-            eta_max=self.eta_max, max_backtracks=self.max_backtracks,
-            batches=info.get("batches_per_epoch", 1), reset_option=self.reset_option,
+            params, eta0=self.hp.eta0, c=self.hp.c, beta=self.hp.beta, gamma=self.hp.gamma,
+            eta_max=self.hp.eta_max, max_backtracks=self.hp.max_backtracks,
+            batches=info.get("batches_per_epoch", 1), reset_option=self.hp.reset_option,
         )

@@ -34,7 +34,7 @@ class Constant(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
-        return _SGD(params, lr=self.lr, momentum=self.momentum)
+        return _SGD(params, lr=self.hp.lr, momentum=self.hp.momentum)

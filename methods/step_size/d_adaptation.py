@@ -99,5 +99,5 @@ class DAdaptation(StepSizeMethod):
     fidelity = "reference-checked"
 
     def build(self, params, info):
-        return DAdaptSGDOptimizer(params, lr=self.lr, momentum=self.momentum, d0=self.d0,
-                                  growth_rate=self.growth_rate)
+        return DAdaptSGDOptimizer(params, lr=self.hp.lr, momentum=self.hp.momentum, d0=self.hp.d0,
+                                  growth_rate=self.hp.growth_rate)

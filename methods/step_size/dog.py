@@ -82,5 +82,5 @@ class DoG(StepSizeMethod):
     fidelity = "reference-checked"
 
     def build(self, params, info):
-        return DoGOptimizer(params, reps_rel=self.reps_rel, lr=self.lr, eps=self.eps,
-                            init_eta=self.init_eta)
+        return DoGOptimizer(params, reps_rel=self.hp.reps_rel, lr=self.hp.lr, eps=self.hp.eps,
+                            init_eta=self.hp.init_eta)

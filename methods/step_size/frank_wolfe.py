@@ -132,7 +132,7 @@ class FrankWolfeOpenLoop(StepSizeMethod):
         return 1.0
 
     def build(self, params, info):
-        return FrankWolfe(params, info["lmo"], rule="open_loop", ell=self.ell)
+        return FrankWolfe(params, info["lmo"], rule="open_loop", ell=self.hp.ell)
 
 
 @register
@@ -166,9 +166,9 @@ class FrankWolfeShortStep(StepSizeMethod):
         return 1.0
 
     def build(self, params, info):
-        if self.l_estimate == "task":
+        if self.hp.l_estimate == "task":
             return FrankWolfe(params, info["lmo"], rule="short_step",
                               smoothness=float(info["smoothness"]))
         return FrankWolfe(params, info["lmo"], rule="backtracking",
-                          smoothness=self.initial_smoothness, tau=self.tau, eta=self.eta,
-                          slack=self.slack, max_backtracks=self.max_backtracks)
+                          smoothness=self.hp.initial_smoothness, tau=self.hp.tau, eta=self.hp.eta,
+                          slack=self.hp.slack, max_backtracks=self.hp.max_backtracks)

@@ -90,9 +90,10 @@ class KLAdaptive(StepSizeMethod):
         return resolved
 
     def step_size_cap(self):
-        return max(self.lr, self.lr_max)
+        return max(self.hp.lr, self.hp.lr_max)
 
     def build(self, params, info):
-        return KLAdaptiveAdam(params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps,
-                              kl_target=self.kl_target, factor=self.factor,
-                              lr_min=self.lr_min, lr_max=self.lr_max)
+        return KLAdaptiveAdam(params, lr=self.hp.lr, betas=(self.hp.beta1, self.hp.beta2),
+                              eps=self.hp.eps, kl_target=self.hp.kl_target,
+                              factor=self.hp.factor, lr_min=self.hp.lr_min,
+                              lr_max=self.hp.lr_max)

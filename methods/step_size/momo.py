@@ -113,10 +113,10 @@ class Momo(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr / (1.0 - self.beta) if self.bias_correction else self.lr
+        return self.hp.lr / (1.0 - self.hp.beta) if self.hp.bias_correction else self.hp.lr
 
     def build(self, params, info):
         return MomoOptimizer(
-            params, lr=self.lr, beta=self.beta, lower_bound=float(info["loss_lower_bound"]),
-            bias_correction=self.bias_correction, use_fstar=self.use_fstar,
+            params, lr=self.hp.lr, beta=self.hp.beta, lower_bound=float(info["loss_lower_bound"]),
+            bias_correction=self.hp.bias_correction, use_fstar=self.hp.use_fstar,
         )

@@ -58,14 +58,14 @@ class NormalizedLR(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.gamma / self.epsilon
+        return self.hp.gamma / self.hp.epsilon
 
     def build(self, params, info):
         bound = float(info["loss_lower_bound"])
-        if self.divisor == "loss" and bound < 0:
+        if self.hp.divisor == "loss" and bound < 0:
             raise ValueError(
                 f"step_size/normalized_lr with divisor='loss' needs a positive loss, but this "
                 f"task's loss_lower_bound is {bound}; use divisor='gap'"
             )
-        offset = bound if self.divisor == "gap" else 0.0
-        return NormalizedLRGD(params, self.gamma, offset, self.epsilon)
+        offset = bound if self.hp.divisor == "gap" else 0.0
+        return NormalizedLRGD(params, self.hp.gamma, offset, self.hp.epsilon)

@@ -86,9 +86,9 @@ class PGPolyak(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.gamma_max
+        return self.hp.gamma_max
 
     def build(self, params, info):
-        return PolicyGradientPolyak(params, c=self.c, gamma_max=self.gamma_max, eps=self.eps,
-                                    return_upper_bound=float(info["return_upper_bound"]),
-                                    first_step=self.first_step)
+        return PolicyGradientPolyak(params, c=self.hp.c, gamma_max=self.hp.gamma_max,
+                                    eps=self.hp.eps, first_step=self.hp.first_step,
+                                    return_upper_bound=float(info["return_upper_bound"]))

@@ -115,16 +115,16 @@ class Polyak(StepSizeMethod):
         return frozenset({need} if need else set())
 
     def step_size_cap(self):
-        return self.gamma_max
+        return self.hp.gamma_max
 
     def build(self, params, info):
-        if self.f_star == "estimate":
-            f_star, delta = None, self.delta
+        if self.hp.f_star == "estimate":
+            f_star, delta = None, self.hp.delta
         else:
-            f_star = info["loss_lower_bound" if self.f_star == "lower_bound" else "f_star"]
+            f_star = info["loss_lower_bound" if self.hp.f_star == "lower_bound" else "f_star"]
             delta = None
         return SPSMax(
-            params, c=self.c, gamma_max=self.gamma_max, f_star=f_star, delta=delta,
-            adapt=self.adapt, growth=self.growth, gamma0=self.gamma0, eps=self.eps,
+            params, c=self.hp.c, gamma_max=self.hp.gamma_max, f_star=f_star, delta=delta,
+            adapt=self.hp.adapt, growth=self.hp.growth, gamma0=self.hp.gamma0, eps=self.hp.eps,
             batches=info.get("batches_per_epoch", 1),
         )

@@ -128,8 +128,8 @@ class Prodigy(StepSizeMethod):
 
     def build(self, params, info):
         return ProdigyOptimizer(
-            params, lr=self.lr, beta1=self.beta1, beta2=self.beta2, beta3=self.beta3,
-            eps=self.eps, d0=self.d0, d_coef=self.d_coef, growth_rate=self.growth_rate,
-            use_bias_correction=self.use_bias_correction,
-            safeguard_warmup=self.safeguard_warmup,
+            params, lr=self.hp.lr, beta1=self.hp.beta1, beta2=self.hp.beta2, beta3=self.hp.beta3,
+            eps=self.hp.eps, d0=self.hp.d0, d_coef=self.hp.d_coef, growth_rate=self.hp.growth_rate,
+            use_bias_correction=self.hp.use_bias_correction,
+            safeguard_warmup=self.hp.safeguard_warmup,
         )

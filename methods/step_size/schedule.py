@@ -97,23 +97,23 @@ class Schedule(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def multiplier(self, step: int, total_steps: int) -> float:
         """m(k): the factor on ``lr`` at step ``step`` (0-based) of a ``total_steps`` run."""
-        warmup = min(round(self.warmup_fraction * total_steps), total_steps)
+        warmup = min(round(self.hp.warmup_fraction * total_steps), total_steps)
         if step < warmup:
             return (step + 1) / warmup
-        since, final = step - warmup, self.final_fraction
-        if self.shape == "constant":
+        since, final = step - warmup, self.hp.final_fraction
+        if self.hp.shape == "constant":
             return 1.0
-        if self.shape == "step_decay":
-            period = max(1, round(self.decay_every_fraction * total_steps))
-            return self.decay_factor ** (since // period)
-        if self.shape == "cosine":
+        if self.hp.shape == "step_decay":
+            period = max(1, round(self.hp.decay_every_fraction * total_steps))
+            return self.hp.decay_factor ** (since // period)
+        if self.hp.shape == "cosine":
             span = max(total_steps - warmup, 1)
             return final + (1 - final) * (1 + math.cos(math.pi * min(since, span) / span)) / 2
-        decay_start = max(warmup, total_steps - round(self.decay_fraction * total_steps))
+        decay_start = max(warmup, total_steps - round(self.hp.decay_fraction * total_steps))
         if step < decay_start:
             return 1.0
         progress = min((step - decay_start) / max(total_steps - decay_start, 1), 1.0)
@@ -121,10 +121,10 @@ class Schedule(StepSizeMethod):
             "linear": 1 - progress,
             "sqrt": 1 - math.sqrt(progress),
             "cosine": (1 + math.cos(math.pi * progress)) / 2,
-        }[self.wsd_decay]
+        }[self.hp.wsd_decay]
         return final + (1 - final) * shrink
 
     def build(self, params, info):
         total = int(info["total_steps"])
-        return ScheduledSGD(params, lr=self.lr, momentum=self.momentum,
+        return ScheduledSGD(params, lr=self.hp.lr, momentum=self.hp.momentum,
                             multiplier=lambda step: self.multiplier(step, total))

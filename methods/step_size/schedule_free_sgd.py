@@ -114,10 +114,10 @@ class ScheduleFreeSGD(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
         return ScheduleFreeSGDOptimizer(
-            params, lr=self.lr, momentum=self.momentum, warmup_steps=self.warmup_steps,
-            r=self.r, weight_lr_power=self.weight_lr_power, eval_at=self.eval_at,
+            params, lr=self.hp.lr, momentum=self.hp.momentum, warmup_steps=self.hp.warmup_steps,
+            r=self.hp.r, weight_lr_power=self.hp.weight_lr_power, eval_at=self.hp.eval_at,
         )

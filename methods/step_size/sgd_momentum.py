@@ -48,9 +48,9 @@ class SGDMomentum(StepSizeMethod):
     fidelity = "reference-checked"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
         # With momentum 0 both forms are plain SGD; torch refuses nesterov=True there.
-        nesterov = self.nesterov and self.momentum > 0
-        return _MomentumSGD(params, lr=self.lr, momentum=self.momentum, nesterov=nesterov)
+        nesterov = self.hp.nesterov and self.hp.momentum > 0
+        return _MomentumSGD(params, lr=self.hp.lr, momentum=self.hp.momentum, nesterov=nesterov)

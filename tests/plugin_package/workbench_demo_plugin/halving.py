@@ -43,7 +43,7 @@ class HalvingStep(StepSizeMethod):
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.lr
+        return self.hp.lr
 
     def build(self, params, info):
-        return HalvingOptimizer(params, self.lr, self.every)
+        return HalvingOptimizer(params, self.hp.lr, self.hp.every)
