@@ -1,4 +1,4 @@
-"""The per-family contracts (workbench.contracts): every registered method passes its family's
+"""The per-family contracts (workbench.families): every registered method passes its family's
 contract; each deliberately broken method in tests/broken_methods.py is caught with a sentence
 naming what is wrong; the correct entropy and advantage fixtures pass."""
 
@@ -18,7 +18,7 @@ from tests.broken_methods import (
     RandomBatch,
     ZeroBatch,
 )
-from workbench import contracts, registry
+from workbench import families, registry
 from workbench.families import AdvantageMethod, EntropyMethod, StepSizeMethod
 from workbench.hyperparams import Choice, Float
 from workbench.optim import FlatOptimizer
@@ -43,7 +43,7 @@ def registered():
 
 @pytest.mark.parametrize("key", registry.available())
 def test_every_registered_method_passes_its_family_contract(key):
-    assert contracts.check(registry.get(*key.split("/", 1))) == []
+    assert families.check(registry.get(*key.split("/", 1))) == []
 
 
 @pytest.mark.parametrize(("cls", "words"), [
@@ -59,7 +59,7 @@ def test_every_registered_method_passes_its_family_contract(key):
     (LeakyReturns, ["padded positions", "changed its returns at valid positions"]),
 ], ids=lambda value: value.__name__ if isinstance(value, type) else "")
 def test_each_broken_method_is_caught_with_a_sentence_naming_the_fault(cls, words):
-    problems = contracts.check(cls)
+    problems = families.check(cls)
     assert problems, f"{cls.key()} passed its contract"
     text = "\n".join(problems)
     assert all(line.startswith(cls.key() + ": ") for line in problems), text
@@ -68,23 +68,23 @@ def test_each_broken_method_is_caught_with_a_sentence_naming_the_fault(cls, word
 
 
 def test_the_broken_advantage_method_shows_both_of_its_faults():
-    problems = contracts.check(InPlaceAdvantage)
+    problems = families.check(InPlaceAdvantage)
     assert len(problems) == 2
     assert "in place" in problems[0] and "average" in problems[1]
 
 
 @pytest.mark.parametrize("cls", CORRECT, ids=lambda cls: cls.__name__)
 def test_correct_entropy_and_advantage_fixtures_pass(cls):
-    assert contracts.check(cls) == []
+    assert families.check(cls) == []
 
 
 def test_check_all_covers_registered_entropy_and_advantage_methods(registered):
     registered(*BROKEN, *CORRECT)
-    entropy = contracts.check_all("entropy")
+    entropy = families.check_all("entropy")
     assert entropy["entropy/fixture_constant_coef"] == []
     assert entropy["entropy/broken_nan_hook"] and entropy["entropy/broken_growing_coef"]
     assert all(key.startswith("entropy/") for key in entropy)
-    everything = contracts.check_all()
+    everything = families.check_all()
     assert everything["advantage/fixture_group_normalized"] == []
     assert "in place" in everything["advantage/broken_inplace_advantage"][0]
     assert set(everything) == set(registry.available())
@@ -120,7 +120,7 @@ class CapBrokenAtHighEnd(StepSizeMethod):
 
 
 def test_a_fault_at_the_end_of_a_search_range_names_that_configuration():
-    problems = contracts.check(CapBrokenAtHighEnd)
+    problems = families.check(CapBrokenAtHighEnd)
     assert len(problems) == 1, problems
     assert problems[0].startswith(
         "step_size/cap_broken_at_high_end with lr=10.0 (the high end of its search range): ")
@@ -138,7 +138,7 @@ class RaisesInCompute(AdvantageMethod):
 
 
 def test_an_exception_becomes_a_problem_with_its_type_and_message():
-    problems = contracts.check(RaisesInCompute)
+    problems = families.check(RaisesInCompute)
     assert problems == ["advantage/raises_in_compute: raised RuntimeError: no values given "
                         "in compute()"]
 
@@ -155,14 +155,14 @@ class NeedsAnOracle(EntropyMethod):
 
 
 def test_a_method_no_configuration_of_which_can_run_is_reported():
-    (problem,) = contracts.check(NeedsAnOracle)
+    (problem,) = families.check(NeedsAnOracle)
     assert "no configuration can run" in problem and "entropy_oracle" in problem
 
 
 def test_configurations_are_defaults_search_range_ends_and_every_choice():
-    labels = [label for label, _ in contracts.configurations(registry.get("step_size", "adgd"))]
+    labels = [label for label, _ in families.configurations(registry.get("step_size", "adgd"))]
     assert labels == ["defaults", "variant='delta_sgd'"]
-    configs = dict(contracts.configurations(ConstantEntropy))
+    configs = dict(families.configurations(ConstantEntropy))
     assert configs == {
         "defaults": {},
         "coef=0.0001 (the low end of its search range)": {"coef": 1e-4},
@@ -171,7 +171,7 @@ def test_configurations_are_defaults_search_range_ends_and_every_choice():
 
 
 def test_advantage_inputs_have_the_documented_shapes_and_padding():
-    inputs = contracts._advantage_inputs()
+    inputs = families.advantage._advantage_inputs()
     assert inputs["rewards"].shape == inputs["mask"].shape == inputs["dones"].shape == (8, 12)
     assert inputs["values"].shape == (8, 13)
     assert inputs["group_ids"].dtype == torch.long

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from workbench import contracts, registry
+from workbench import families, registry
 from workbench.hyperparams import HyperparameterError
 
 F64 = torch.float64
@@ -575,17 +575,16 @@ def test_pg_polyak_zero_first_step_and_state_round_trip():
 @pytest.fixture
 def rl_contract(monkeypatch):
     """The step-size contract on a task that also provides rl_stats and return_upper_bound."""
-    original = contracts._quadratic
+    original = families.step_size._quadratic
 
     def with_return_bound(seed=0):
         params, closure, calls, info = original(seed)
         return params, closure, calls, dict(info, return_upper_bound=500.0)
 
-    monkeypatch.setattr(contracts, "_quadratic", with_return_bound)
-    monkeypatch.setitem(contracts.PROVIDED, "step_size", contracts.PROVIDED["step_size"]
-                        | {"rl_stats", "return_upper_bound"})
+    monkeypatch.setattr(families.step_size, "_quadratic", with_return_bound)
+    assert {"rl_stats", "return_upper_bound"} <= families.step_size.REQUIRABLE.keys()
 
 
 @pytest.mark.parametrize("name", ["kl_adaptive", "pg_polyak"])
 def test_policy_gradient_step_sizes_meet_the_step_size_contract(rl_contract, name):
-    assert contracts.check(registry.get("step_size", name)) == []
+    assert families.check(registry.get("step_size", name)) == []

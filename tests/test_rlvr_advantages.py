@@ -13,7 +13,7 @@ import statistics
 import pytest
 import torch
 
-from workbench import contracts, registry
+from workbench import families, registry
 
 METHODS = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo",
            "gpg", "pass_at_k"]
@@ -197,7 +197,7 @@ def close(tensor, expected, tol=1e-12):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_meets_the_advantage_contract(name):
-    assert contracts.check(registry.get("advantage", name)) == []
+    assert families.check(registry.get("advantage", name)) == []
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from workbench import registry
@@ -106,6 +107,12 @@ def test_every_name_a_task_provides_is_one_a_method_may_require():
     from workbench.families import REQUIRABLE
     from workbench.tasks import TASKS
 
-    requirable = frozenset().union(*REQUIRABLE.values())
     for name, task in TASKS.items():
-        assert task.provides <= requirable, (name, sorted(task.provides - requirable))
+        assert task.provides <= REQUIRABLE, (name, sorted(task.provides - REQUIRABLE))
+
+
+def test_a_task_providing_a_name_no_family_defines_is_refused():
+    from workbench.tasks.base import Task
+
+    with pytest.raises(TypeError, match="closur, which no family"):
+        type("Typo", (Task,), {"provides": frozenset({"closure", "closur"})})

@@ -77,7 +77,7 @@ def cmd_new_method(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from workbench import contracts, registry
+    from workbench import families, registry
 
     if args.method:
         if "/" not in args.method:
@@ -87,9 +87,9 @@ def cmd_check(args) -> int:
             targets = {args.method: registry.get(family, name)}
         except registry.RegistryError as err:
             raise UsageError(str(err)) from None
-        results = {key: contracts.check(cls) for key, cls in targets.items()}
+        results = {key: families.check(cls) for key, cls in targets.items()}
     else:
-        results = contracts.check_all()
+        results = families.check_all()
     failed = 0
     for key, problems in results.items():
         if problems:

@@ -142,11 +142,11 @@ class {cls}(AdvantageMethod):
 
 TEST = '''"""{family}/{name}: its family contract, and its formula against hand-computed values."""
 
-from workbench import contracts, registry
+from workbench import families, registry
 
 
 def test_{name}_passes_its_family_contract():
-    assert contracts.check(registry.get("{family}", "{name}")) == []
+    assert families.check(registry.get("{family}", "{name}")) == []
 
 
 def test_{name}_formula():

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.envs import BatchedEnv
-from workbench.families import BatchSlot
+from workbench.families import BatchSlot, EntropySlot
 from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings, ppo_update
@@ -55,8 +55,8 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     optimizer = methods["step_size"].build(list(agent.parameters()), {
         "total_steps": total_updates * per_update, "batches_per_epoch": per_update,
         "return_upper_bound": env.return_upper_bound})
-    entropy_method, advantage_method = methods["entropy"], methods["advantage"]
-    entropy_method.start({"total_steps": total_updates})
+    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_updates)
+    advantage_method = methods["advantage"]
     batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
     wanted = batch_slot.start(num_envs * horizon)
     if wanted is not None:
@@ -88,14 +88,14 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         advantages, returns = (t.T for t in advantage_method.compute(**inputs))
         # 3. entropy coefficient
         rollout_entropy = float(rollout.entropy.mean())
-        entropy_coef = float(entropy_method.coefficient(update, rollout_entropy))
+        entropy_coef = entropy_slot.coefficient(update, rollout_entropy)
         # 4. policy update
         if settings.algorithm == "ppo":
             stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
-                               entropy_method, ppo, update, latest_return, generator)
+                               entropy_slot, ppo, update, latest_return, generator)
         else:
             stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
-                                     entropy_coef, entropy_method, ppo, update, latest_return)
+                                     entropy_coef, entropy_slot, ppo, update, latest_return)
         seconds += time.perf_counter() - started
         update += 1
 

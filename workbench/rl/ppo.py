@@ -19,7 +19,7 @@ Per update u:
    L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
    ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
    method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
-   closure, then ``optimizer.step(closure)`` (the step-size slot) and ``optimizer.observe``.
+   closure, then ``optimizer.step(closure)`` (the step-size slot) and ``observe_rl_stats``.
 
 Metrics per update: their definitions are in ``workbench.metrics``.
 """
@@ -31,7 +31,13 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.families import adjust_policy_loss, step_size_taken
+from workbench.families import (
+    EntropySlot,
+    mean_over_steps,
+    minibatch_epochs,
+    observe_rl_stats,
+    step_size_taken,
+)
 from workbench.rl.losses import ppo_clip_loss
 from workbench.rl.policy import ActorCritic
 from workbench.rl.rollout import Rollout
@@ -54,8 +60,8 @@ def standardise(x: torch.Tensor) -> torch.Tensor:
 
 def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,
                advantages: torch.Tensor, returns: torch.Tensor, entropy_coef: float,
-               entropy_method, settings: PPOSettings, update: int, episodic_return: float,
-               generator: torch.Generator) -> dict[str, float]:
+               entropy_slot: EntropySlot, settings: PPOSettings, update: int,
+               episodic_return: float, generator: torch.Generator) -> dict[str, float]:
     """Several epochs of clipped policy-gradient steps on one rollout; the update's metrics.
 
     ``advantages`` and ``returns`` are in the rollout's (T, N) layout.
@@ -68,55 +74,47 @@ def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Ro
     ret = returns.flatten()
     if settings.advantage_norm == "batch":
         adv = standardise(adv)
-    size = adv.numel()
-    minibatch = max(1, size // settings.minibatches)
-    totals: dict[str, float] = {}
-    count = 0
+    per_step: list[dict[str, float]] = []
     grad_norm = math.nan
-    for _ in range(settings.epochs):
-        order = torch.randperm(size, generator=generator).to(adv.device)
-        for start in range(0, size - minibatch + 1, minibatch):
-            idx = order[start:start + minibatch]
-            mb_adv = adv[idx]
-            if settings.advantage_norm == "minibatch" and idx.numel() > 1:
-                mb_adv = standardise(mb_adv)
-            stats: dict[str, float] = {}
+    for idx in minibatch_epochs(adv.numel(), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=generator,
+                                device=adv.device):
+        mb_adv = adv[idx]
+        if settings.advantage_norm == "minibatch" and idx.numel() > 1:
+            mb_adv = standardise(mb_adv)
+        stats: dict[str, float] = {}
 
-            def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
-                nonlocal grad_norm
-                with torch.set_grad_enabled(backward):
-                    loss, parts = _minibatch_loss(
-                        agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
-                        mb_adv, ret[idx], entropy_coef, entropy_method, settings)
-                if not backward:
-                    return loss.detach()
-                optimizer.zero_grad(set_to_none=False)
-                loss.backward()
-                norm = _grad_norm(agent, settings.max_grad_norm)
-                if not stats:  # the first evaluation at this minibatch's starting point
-                    stats.update(parts)
-                    grad_norm = norm
+        def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
+            nonlocal grad_norm
+            with torch.set_grad_enabled(backward):
+                loss, parts = _minibatch_loss(
+                    agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
+                    mb_adv, ret[idx], entropy_coef, entropy_slot, settings)
+            if not backward:
                 return loss.detach()
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            norm = _grad_norm(agent, settings.max_grad_norm)
+            if not stats:  # the first evaluation at this minibatch's starting point
+                stats.update(parts)
+                grad_norm = norm
+            return loss.detach()
 
-            optimizer.step(closure)
-            stats["train/grad_norm"] = grad_norm
-            stats["method/step_size"] = step_size_taken(optimizer)
-            observe = getattr(optimizer, "observe", None)
-            if observe is not None:
-                observe({"approx_kl": stats["train/approx_kl"],
-                         "episodic_return": episodic_return, "update": update})
-            for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value
-            count += 1
-    return {key: value / count for key, value in totals.items()}
+        optimizer.step(closure)
+        stats["train/grad_norm"] = grad_norm
+        stats["method/step_size"] = step_size_taken(optimizer)
+        observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
+                         episodic_return=episodic_return, update=update)
+        per_step.append(stats)
+    return mean_over_steps(per_step)
 
 
 def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, entropy_coef,
-                    entropy_method, settings: PPOSettings):
+                    entropy_slot: EntropySlot, settings: PPOSettings):
     log_probs, entropy = agent.evaluate(obs, actions)
     row = (-1, 1)  # the loss and the hook see (B, T) tensors: one row per sample, T = 1
-    adjusted = adjust_policy_loss(
-        entropy_method, log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
+    adjusted = entropy_slot.adjust_policy_loss(
+        log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
         advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
         entropy=entropy.view(row), clip=settings.clip)
     pg_loss, pg_stats = ppo_clip_loss(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.families import adjust_policy_loss, step_size_taken
+from workbench.families import EntropySlot, observe_rl_stats, step_size_taken
 from workbench.rl.losses import approx_kl
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings, _grad_norm, standardise
@@ -25,7 +25,7 @@ from workbench.rl.rollout import Rollout
 
 def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,
                      advantages: torch.Tensor, returns: torch.Tensor, entropy_coef: float,
-                     entropy_method, settings: PPOSettings, update: int,
+                     entropy_slot: EntropySlot, settings: PPOSettings, update: int,
                      episodic_return: float) -> dict[str, float]:
     """One policy-gradient step on the whole rollout; the update's metrics."""
     obs = rollout.obs.flatten(0, 1)
@@ -41,8 +41,8 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
         with torch.set_grad_enabled(backward):
             log_probs, entropy = agent.evaluate(obs, actions)
             row = (-1, 1)
-            adjusted = adjust_policy_loss(
-                entropy_method, log_probs=log_probs.view(row),
+            adjusted = entropy_slot.adjust_policy_loss(
+                log_probs=log_probs.view(row),
                 old_log_probs=old_log_probs.view(row), advantages=adv.view(row),
                 mask=torch.ones_like(adv).view(row), entropy=entropy.view(row),
                 clip=settings.clip)
@@ -74,8 +74,6 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
         stats["train/approx_kl"] = float(approx_kl(log_probs, old_log_probs,
                                                    torch.ones_like(log_probs)))
     stats["method/step_size"] = step_size_taken(optimizer)
-    observe = getattr(optimizer, "observe", None)
-    if observe is not None:
-        observe({"approx_kl": stats["train/approx_kl"], "episodic_return": episodic_return,
-                 "update": update})
+    observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
+                     episodic_return=episodic_return, update=update)
     return stats

@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.families import BatchSlot, adjust_policy_loss, step_size_taken
+from workbench.families import (
+    BatchSlot,
+    EntropySlot,
+    mean_over_steps,
+    minibatch_epochs,
+    step_size_taken,
+)
 from workbench.rl.batch_shape import reshape_batch
 from workbench.rl.losses import aggregate, kl_penalty, ppo_clip_loss
 from workbench.rlvr.backends import RolloutBackend, Rollouts
@@ -246,8 +252,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     params = list(policy.parameters()) + (list(value_head.parameters()) if value_head else [])
     optimizer = methods["step_size"].build(params, {"total_steps": total_steps * per_step,
                                                     "batches_per_epoch": per_step})
-    entropy_method, advantage_method = methods["entropy"], methods["advantage"]
-    entropy_method.start({"total_steps": total_steps})
+    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_steps)
+    advantage_method = methods["advantage"]
     batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
     wanted = batch_slot.start(prompts * group_size)
     if wanted is not None:
@@ -280,10 +286,10 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         advantages, returns = advantage_method.compute(**inputs)
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
-        coefficient = float(entropy_method.coefficient(step, mean_entropy))
+        coefficient = entropy_slot.coefficient(step, mean_entropy)
         # 5. policy-gradient epochs
         train_started = time.perf_counter()
-        stats = _update(policy, value_head, optimizer, entropy_method, batch, old_log_probs,
+        stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,
                         ref_log_probs, advantages, returns, values, coefficient, settings,
                         generator)
         train_seconds = time.perf_counter() - train_started
@@ -363,55 +369,49 @@ def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:
                         dtype=batch.response_mask.dtype, device=batch.response_mask.device)
 
 
-def _update(policy, value_head, optimizer, entropy_method, batch: Batch, old_log_probs,
-            ref_log_probs, advantages, returns, old_values, coefficient, settings: RLSettings,
-            generator) -> dict[str, float]:
-    rows = len(batch.scores)
-    size = max(1, rows // settings.minibatches)
+def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Batch,
+            old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
+            settings: RLSettings, generator) -> dict[str, float]:
     mask = batch.response_mask
     constant = float(mask.shape[1])
-    totals: dict[str, float] = {}
-    count = 0
-    for _ in range(settings.epochs):
-        order = torch.randperm(rows, generator=generator).to(mask.device)
-        for start in range(0, rows - size + 1, size):
-            idx = order[start:start + size]
-            stats: dict[str, float] = {}
+    per_step: list[dict[str, float]] = []
+    for idx in minibatch_epochs(len(batch.scores), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=generator,
+                                device=mask.device):
+        stats: dict[str, float] = {}
 
-            def closure(backward: bool = True, idx=idx, stats=stats):
-                with torch.set_grad_enabled(backward):
-                    loss, parts = _loss(policy, value_head, entropy_method, batch, idx,
-                                        old_log_probs, ref_log_probs, advantages, returns,
-                                        old_values, coefficient, settings, constant)
-                if not backward:
-                    return loss.detach()
-                optimizer.zero_grad(set_to_none=False)
-                loss.backward()
-                params = [p for p in optimizer.param_groups[0]["params"] if p.grad is not None]
-                norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-                        if settings.max_grad_norm else torch.nn.utils.clip_grad_norm_(
-                            params, float("inf")))
-                if not stats:
-                    stats.update(parts, **{"train/grad_norm": float(norm)})
+        def closure(backward: bool = True, idx=idx, stats=stats):
+            with torch.set_grad_enabled(backward):
+                loss, parts = _loss(policy, value_head, entropy_slot, batch, idx,
+                                    old_log_probs, ref_log_probs, advantages, returns,
+                                    old_values, coefficient, settings, constant)
+            if not backward:
                 return loss.detach()
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            params = [p for p in optimizer.param_groups[0]["params"] if p.grad is not None]
+            norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+                    if settings.max_grad_norm else torch.nn.utils.clip_grad_norm_(
+                        params, float("inf")))
+            if not stats:
+                stats.update(parts, **{"train/grad_norm": float(norm)})
+            return loss.detach()
 
-            optimizer.step(closure)
-            stats["method/step_size"] = step_size_taken(optimizer)
-            for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value
-            count += 1
-    return {key: value / count for key, value in totals.items()}
+        optimizer.step(closure)
+        stats["method/step_size"] = step_size_taken(optimizer)
+        per_step.append(stats)
+    return mean_over_steps(per_step)
 
 
-def _loss(policy, value_head, entropy_method, batch, idx, old_log_probs, ref_log_probs,
+def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_probs, ref_log_probs,
           advantages, returns, old_values, coefficient, settings: RLSettings, constant):
     log_probs, entropy, values = response_log_probs(policy, batch, settings.temperature,
                                                     value_head, rows=idx)
     mask = batch.response_mask[idx]
     old, adv = old_log_probs[idx], advantages[idx]
-    adjusted = adjust_policy_loss(entropy_method, log_probs=log_probs, old_log_probs=old,
-                                  advantages=adv, mask=mask, entropy=entropy,
-                                  clip=settings.clip)
+    adjusted = entropy_slot.adjust_policy_loss(log_probs=log_probs, old_log_probs=old,
+                                               advantages=adv, mask=mask, entropy=entropy,
+                                               clip=settings.clip)
     pg_loss, pg_stats = ppo_clip_loss(
         log_probs, old, adv, adjusted.mask, clip_low=adjusted.clip_low,
         clip_high=adjusted.clip_high, dual_clip=settings.dual_clip,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from workbench.budget import Budget, LogFn
+from workbench.families import REQUIRABLE
 from workbench.registry import Method
 from workbench.validation import Strict
 
@@ -43,6 +44,7 @@ class Task:
     description: ClassVar[str] = ""
     slots: ClassVar[tuple[str, ...]]
     default_methods: ClassVar[dict[str, str]] = {}  # slot -> method used when a spec names none
+    # the inputs the task gives its methods: names from the families' REQUIRABLE
     provides: ClassVar[frozenset[str]] = frozenset()
     # slot -> what every method in it must use (e.g. a constrained task takes only step-size
     # methods that use its linear minimisation oracle, so iterates stay feasible)
@@ -50,6 +52,14 @@ class Task:
     Params: ClassVar[type[TaskParams]] = TaskParams
     metrics: ClassVar[dict[str, str]] = {}  # objective candidates: name -> natural direction
     default_objective: ClassVar[str] = "train/loss"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(cls.provides - REQUIRABLE)
+        if unknown:
+            raise TypeError(
+                f"{cls.__qualname__}.provides names {', '.join(unknown)}, which no family lets "
+                "a method require (workbench.families.REQUIRABLE)")
 
     def run(
         self,

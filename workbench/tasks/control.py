@@ -16,15 +16,14 @@ import torch
 from pydantic import Field
 
 from workbench.envs import make
-from workbench.families import REQUIRABLE
+from workbench.families import advantage as advantage_family
 from workbench.rl.control_loop import LoopSettings, train
 from workbench.rl.policy import ActorCritic
 from workbench.rl.ppo import PPOSettings
 from workbench.tasks.base import Task, TaskParams, cpu_threads
 
-# the advantage slot's inputs this loop gives (all of REQUIRABLE["advantage"] but the
-# group ones)
-ADVANTAGE_INPUTS = REQUIRABLE["advantage"] - {"group_ids", "reward_baselines"}
+# the advantage slot's inputs this loop gives: all the family's but the group ones
+ADVANTAGE_INPUTS = frozenset(advantage_family.REQUIRABLE) - {"group_ids", "reward_baselines"}
 
 
 class ControlParams(TaskParams):

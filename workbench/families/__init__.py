@@ -1,0 +1,39 @@
+"""The four method families, one module each (DESIGN.md, "Method interface"): the base class a
+method implements, the caller side the training loops use, the names of the inputs a method
+may ``require`` (each module's ``REQUIRABLE``, with meanings) and the contract checks.
+
+    step_size   StepSizeMethod; step_size_taken, observe_rl_stats, minibatch_epochs
+    batch_size  BatchSizeMethod; BatchSlot (start, clamp, advance)
+    entropy     EntropyMethod; EntropySlot (coefficient; hook -> LossAdjustment)
+    advantage   AdvantageMethod (a pure function: its caller side is one call)
+    checks      check(cls), check_all(family): the contracts run on methods
+
+A method's ``requires`` names what the task must provide (``Task.provides``, names from
+``REQUIRABLE``); incompatible pairs are refused when a sweep spec is checked.
+"""
+
+from workbench.families import advantage, batch_size, entropy, step_size
+from workbench.families._checks import ContractViolation, configurations
+from workbench.families.advantage import AdvantageMethod
+from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
+from workbench.families.checks import check, check_all
+from workbench.families.entropy import EntropyMethod, EntropySlot, LossAdjustment
+from workbench.families.step_size import (
+    StepSizeMethod,
+    mean_over_steps,
+    minibatch_epochs,
+    observe_rl_stats,
+    step_size_taken,
+)
+
+#: Every name a method of some family may ``require``: the union of the families' own
+#: ``REQUIRABLE`` (a task's ``provides`` is a subset; tests/test_tasks.py checks it).
+REQUIRABLE: frozenset[str] = frozenset().union(
+    *(module.REQUIRABLE for module in (step_size, batch_size, entropy, advantage)))
+
+__all__ = [
+    "REQUIRABLE", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod", "BatchSlot",
+    "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "StepSizeMethod",
+    "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
+    "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "step_size", "step_size_taken",
+]

@@ -1,0 +1,199 @@
+"""The advantage family: the pure function a method implements, the inputs it may require
+and the contract check. Its caller side is one call: ``method.compute(**inputs)`` with the
+inputs ``method.requirements(method.params)`` names.
+
+Contract check: ``compute`` gets the inputs its ``requirements`` name among rewards (8, 12),
+values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four groups of two,
+shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
+terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
+truncation) and reward_baselines (8,), float64 and seeded. It returns a pair of finite tensors
+of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified
+in place); changing rewards, values, next_values, dones and terminated at padded positions
+changes nothing at valid ones (values of the state of a valid step or of the state after one
+are kept); each declared invariant holds (``zero_mean_per_group``: atol 1e-6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+import torch
+
+from workbench.families._checks import (
+    ContractViolation,
+    check_unchanged,
+    guarded,
+    right_padded_mask,
+)
+from workbench.registry import Method
+
+FAMILY = "advantage"
+
+#: The inputs an advantage method may ``require`` (a task's ``provides`` names those it
+#: gives), each with its meaning, for B rows (sequences or environment rollouts) of T steps.
+REQUIRABLE: Mapping[str, str] = {
+    "rewards": "(B, T) float: the reward of each step (token)",
+    "values": "(B, T + 1) float: the value of each step's state; the last column is the value "
+              "of the state after step T - 1",
+    "mask": "(B, T) float or bool: 1 where a token (step) is valid, 0 for padding",
+    "group_ids": "(B,) long: rows with the same id answer the same prompt",
+    "dones": "(B, T) bool: True where an episode ends at that step (terminated or truncated)",
+    "terminated": "(B, T) bool: True where it ends in a terminal state (no bootstrapping; a "
+                  "done that is not terminated is a truncation)",
+    "next_values": "(B, T) float: the value of the state actually reached after step t, before "
+                   "any automatic reset (values[:, t + 1] except at truncations, where it is "
+                   "the value of the final observation)",
+    "reward_baselines": "(B,) float: a per-row baseline reward (ReMax: the reward of the greedy "
+                        "answer)",
+}
+
+#: The properties a method may declare in ``invariants`` for the contract to check.
+KNOWN_INVARIANTS: Mapping[str, str] = {
+    "zero_mean_per_group": "within each group the advantages average to 0 over its valid "
+                           "positions (every valid token counts once)",
+}
+
+
+class AdvantageMethod(Method):
+    """A pure function on tensors (the ``REQUIRABLE`` inputs that ``requires`` names)
+    returning ``(advantages, returns)``, each of the shape of ``rewards``. No hidden state;
+    inputs are never modified in place; results at valid positions must not depend on inputs
+    at padded ones. ``invariants`` declares properties the contract checks
+    (``KNOWN_INVARIANTS``).
+    """
+
+    family = FAMILY
+    invariants: ClassVar[frozenset[str]] = frozenset()
+
+    def compute(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+# contract check --------------------------------------------------------------------------------
+
+ROWS, GROUP_SIZE, HORIZON = 8, 2, 12
+INVARIANT_ATOL = 1e-6
+
+
+def _advantage_inputs() -> dict[str, torch.Tensor]:
+    """Seeded synthetic inputs; see the module docstring."""
+    gen = torch.Generator().manual_seed(2)
+    shape = (ROWS, HORIZON)
+    mask = right_padded_mask(gen, ROWS, HORIZON)
+    lengths = mask.sum(dim=1).long()
+    dones = torch.zeros(shape, dtype=torch.bool)
+    for row, length in enumerate(lengths.tolist()):
+        if length < HORIZON:
+            dones[row, length - 1] = True  # rows that end early end in a terminal state
+    terminated = dones.clone()
+    dones[0, HORIZON // 2] = True  # an episode boundary inside a row: a truncation
+    dones[0, HORIZON // 4] = terminated[0, HORIZON // 4] = True  # and a terminal state
+    group_ids = torch.arange(ROWS // GROUP_SIZE).repeat_interleave(GROUP_SIZE)
+    group_ids = group_ids[torch.randperm(ROWS, generator=gen)]
+    values = torch.randn((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64)
+    next_values = values[:, 1:].clone()
+    next_values[0, HORIZON // 2] = 3.0  # the value of the final observation at the truncation
+    return {
+        "rewards": torch.randn(shape, generator=gen, dtype=torch.float64),
+        "values": values,
+        "mask": mask,
+        "group_ids": group_ids,
+        "dones": dones,
+        "terminated": terminated,
+        "next_values": next_values,
+        "reward_baselines": torch.randn(ROWS, generator=gen, dtype=torch.float64),
+    }
+
+
+def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs with rewards, values and dones changed at padded positions only."""
+    gen = torch.Generator().manual_seed(3)
+    padded = inputs["mask"] == 0
+    out = {k: v.clone() for k, v in inputs.items()}
+    noise = 100.0 + 10.0 * torch.randn(padded.shape, generator=gen, dtype=torch.float64)
+    if "rewards" in out:
+        out["rewards"] = torch.where(padded, noise, out["rewards"])
+    if "values" in out:
+        # the value of state t is used by step t and by step t - 1: keep it if either is valid
+        valid = torch.zeros(out["values"].shape, dtype=torch.bool)
+        valid[:, :-1] |= ~padded
+        valid[:, 1:] |= ~padded
+        value_noise = -50.0 + 10.0 * torch.randn(valid.shape, generator=gen, dtype=torch.float64)
+        out["values"] = torch.where(valid, out["values"], value_noise)
+    if "next_values" in out:
+        out["next_values"] = torch.where(padded, noise - 30.0, out["next_values"])
+    for name in ("dones", "terminated"):
+        if name in out:
+            out[name] = torch.where(padded, ~out[name], out[name])
+    return out
+
+
+def _compute(method, inputs: dict[str, torch.Tensor], what: str, problems: list[str]):
+    """Run ``compute`` on clones and check the result's form; a changed clone adds a problem."""
+    given = {k: v.clone() for k, v in inputs.items()}
+    out = guarded(what, lambda: method.compute(**given))
+    if (not isinstance(out, tuple | list) or len(out) != 2
+            or not all(isinstance(t, torch.Tensor) for t in out)):
+        raise ContractViolation(
+            f"compute() returned {type(out).__name__}; it must return a pair (advantages, "
+            "returns) of tensors")
+    shape = tuple(inputs["rewards"].shape) if "rewards" in inputs else (ROWS, HORIZON)
+    for name, tensor in zip(("advantages", "returns"), out, strict=True):
+        if tuple(tensor.shape) != shape:
+            raise ContractViolation(
+                f"compute() returned {name} of shape {tuple(tensor.shape)}; it must have the "
+                f"shape of rewards {shape}")
+        if not bool(torch.isfinite(tensor).all()):
+            raise ContractViolation(f"compute() returned non-finite {name} (NaN or inf)")
+    try:
+        check_unchanged("compute()", inputs, given)
+    except ContractViolation as violation:
+        if violation.args[0] not in problems:
+            problems.append(violation.args[0])
+    return tuple(t.detach().to(torch.float64) for t in out)
+
+
+def check_configuration(cls, overrides, method) -> None:
+    """The advantage contract on one configuration (see the module docstring)."""
+    full = _advantage_inputs()
+    names = method.requirements(method.params)
+    inputs = {k: v for k, v in full.items() if k in names}
+    problems: list[str] = []
+    out = _compute(method, inputs, "in compute()", problems)
+    again = _compute(method, inputs, "in a second compute() on the same inputs", problems)
+    for name, a, b in zip(("advantages", "returns"), out, again, strict=True):
+        if not torch.equal(a, b):
+            problems.append(f"compute() is not a pure function: two calls with the same inputs "
+                            f"gave different {name}")
+    valid = inputs["mask"] != 0 if "mask" in inputs else torch.ones(ROWS, HORIZON, dtype=bool)
+    if "mask" in inputs:
+        moved = _compute(method, _perturb_padding(inputs),
+                         "in compute() on inputs changed at padded positions", problems)
+        for name, a, b in zip(("advantages", "returns"), out, moved, strict=True):
+            change = (a - b).abs().where(valid, torch.zeros((), dtype=a.dtype))
+            if not bool(torch.allclose(a[valid], b[valid], rtol=1e-6, atol=1e-6)):
+                row, step = divmod(int(change.argmax()), HORIZON)
+                problems.append(
+                    f"changing rewards/values/dones at padded positions (mask == 0) changed its "
+                    f"{name} at valid positions (by {float(change.max()):.3g} at row {row}, "
+                    f"step {step}); padding must not leak into valid results")
+    problems += _invariant_problems(cls, out[0], full["group_ids"], valid)
+    if problems:
+        raise ContractViolation(*problems)
+
+
+def _invariant_problems(cls, advantages, group_ids, valid) -> Iterator[str]:
+    declared = frozenset(getattr(cls, "invariants", frozenset()))
+    for name in sorted(declared - KNOWN_INVARIANTS.keys()):
+        yield (f"declares invariant {name!r}, which the contract does not know (known: "
+               f"{', '.join(sorted(KNOWN_INVARIANTS))})")
+    if "zero_mean_per_group" in declared:
+        for group in group_ids.unique().tolist():
+            rows = group_ids == group
+            mean = float(advantages[rows][valid[rows]].mean())
+            if not abs(mean) <= INVARIANT_ATOL:
+                yield (f"declares invariant 'zero_mean_per_group' but its advantages average "
+                       f"{mean:.3g} over the valid positions of group {group} (atol "
+                       f"{INVARIANT_ATOL:g})")
+                return

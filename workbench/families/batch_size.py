@@ -1,0 +1,190 @@
+"""The batch-size family: the method's interface, the loops' side of it (``BatchSlot``), the
+inputs a method may require and the contract check.
+
+Contract check: ``start({"batch_size": 16, "n_samples": 256})`` and 20 ``next_batch_size``
+calls on synthetic statistics (the per-sample ones included; each step's ``batch_size`` is the
+previous answer, as the loop clamps it). Every answer is a positive int within
+[min_size, max_size or n_samples] when the method declares those hyperparameters (else
+[1, n_samples]); ``diagnostics()`` is a dict of floats; two fresh instances fed the same
+statistics give the same answers and diagnostics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from workbench.families._checks import ContractViolation, guarded
+from workbench.registry import Method
+
+FAMILY = "batch_size"
+
+#: The inputs a batch-size method may ``require`` (a task's ``provides`` names those it gives),
+#: each with its meaning.
+REQUIRABLE: Mapping[str, str] = {
+    "per_sample_grads": "next_batch_size's statistics also hold grad_sq_big/big_batch_size and "
+                        "grad_sq_small/small_batch_size (squared gradient norms of the batch "
+                        "mean and, averaged, of single samples) and grad_var (trace of the "
+                        "per-sample gradient covariance, unbiased), as the optimisation "
+                        "testbed's loop computes them",
+}
+
+
+class BatchSizeMethod(Method):
+    """Chooses the batch size of every step.
+
+    ``start(info)`` resets all state (an instance may serve several runs) and returns the
+    first batch size; ``info`` holds the task's ``batch_size`` (its base size; None means the
+    full batch) and ``n_samples``. After each step, ``next_batch_size(step, stats)`` returns the
+    next one from the step's statistics: ``loss``, ``grad_sq`` (squared norm of the batch
+    gradient), ``batch_size``, ``samples`` (seen so far), ``n_samples``, and the per-sample
+    ones where the method ``requires`` ``per_sample_grads`` (``REQUIRABLE``). The loop clamps
+    the answer to [1, n_samples]. ``diagnostics()`` returns extra metrics to log at every step
+    (e.g. ``batch/noise_scale``).
+    """
+
+    family = FAMILY
+
+    def start(self, info: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    def next_batch_size(self, step: int, stats: Mapping[str, float]) -> int:
+        raise NotImplementedError
+
+    def diagnostics(self) -> dict[str, float]:
+        return {}
+
+
+# caller side -----------------------------------------------------------------------------------
+
+#: ``n_samples`` where the data never runs out (an RL loop draws fresh rollouts) and the
+#: budget sets no sample limit.
+UNLIMITED_SAMPLES = 2**40
+
+
+class BatchSlot:
+    """The loops' side of the batch-size contract: the method's first answer and one answer
+    after every step, each clamped to [1, n_samples]; without a method (a task whose spec
+    leaves the slot empty) every answer is None and the loop keeps its own size."""
+
+    def __init__(self, method: BatchSizeMethod | None, n_samples: int | None):
+        self.method = method
+        self.n_samples = int(n_samples or UNLIMITED_SAMPLES)
+
+    def _clamp(self, size) -> int:
+        return max(1, min(int(size), self.n_samples))
+
+    def start(self, batch_size: int | None, **info: Any) -> int | None:
+        if self.method is None:
+            return None
+        return self._clamp(self.method.start({**info, "batch_size": batch_size,
+                                              "n_samples": self.n_samples}))
+
+    def after_step(self, step: int, *, loss: float, grad_sq: float, batch_size: int,
+                   samples: int, extra: Mapping[str, float] | None = None) -> int | None:
+        """The next batch size from the step's statistics (see ``BatchSizeMethod``);
+        ``extra``: the per-sample statistics of a method that requires them."""
+        if self.method is None:
+            return None
+        return self._clamp(self.method.next_batch_size(step, {
+            **(extra or {}), "loss": loss, "grad_sq": grad_sq, "batch_size": batch_size,
+            "samples": samples, "n_samples": self.n_samples}))
+
+    def diagnostics(self) -> dict[str, float]:
+        return {} if self.method is None else self.method.diagnostics()
+
+
+# contract check --------------------------------------------------------------------------------
+
+STEPS = 20
+INFO = {"batch_size": 16, "n_samples": 256}
+
+
+def _statistics(step: int, batch_size: int, samples: int) -> dict[str, float]:
+    """One step's statistics: |grad|^2 = 1/step shrinking, per-sample variance trace 4."""
+    grad_sq, variance = 1.0 / step, 4.0
+    return {
+        "loss": 2.0 / (1.0 + 0.1 * step), "grad_sq": grad_sq + variance / batch_size,
+        "batch_size": batch_size, "samples": samples, "n_samples": INFO["n_samples"],
+        "grad_sq_big": grad_sq + variance / batch_size, "big_batch_size": batch_size,
+        "grad_sq_small": grad_sq + variance, "small_batch_size": 1, "grad_var": variance,
+    }
+
+
+def _size_range(method) -> tuple[int, int, str]:
+    n_samples = INFO["n_samples"]
+    if "min_size" in method.params and "max_size" in method.params:
+        highest = min(method.params["max_size"] or n_samples, n_samples)
+        lowest = min(method.params["min_size"], highest)
+        return lowest, highest, f"its min_size/max_size with n_samples={n_samples}"
+    return 1, n_samples, f"n_samples={n_samples}"
+
+
+def _run(cls, overrides, feed: list[dict] | None = None):
+    """Answers and diagnostics of a fresh instance; statistics follow its answers unless
+    ``feed`` gives them. Returns (answers, diagnostics, statistics fed)."""
+    method = cls(**overrides)
+    lowest, highest, bounds = _size_range(method)
+    answers = [guarded("in start()", lambda: method.start(dict(INFO)))]
+    shown = [guarded("in diagnostics() after start()", method.diagnostics)]
+    fed, samples = [], 0
+    for step in range(1, STEPS + 1):
+        _check_answer(answers[-1], step - 1, lowest, highest, bounds)
+        _check_diagnostics(shown[-1], step - 1)
+        if feed is None:
+            used = min(max(answers[-1], 1), INFO["n_samples"])
+            samples += used
+            stats = _statistics(step, used, samples)
+        else:
+            stats = feed[step - 1]
+        fed.append(stats)
+        answers.append(guarded(f"at step {step}",
+                               lambda: method.next_batch_size(step, dict(stats))))  # noqa: B023
+        shown.append(guarded(f"in diagnostics() at step {step}", method.diagnostics))
+    _check_answer(answers[-1], STEPS, lowest, highest, bounds)
+    _check_diagnostics(shown[-1], STEPS)
+    return answers, shown, fed
+
+
+def _check_answer(size, step: int, lowest: int, highest: int, bounds: str) -> None:
+    if (not isinstance(size, int) or isinstance(size, bool)
+            or not lowest <= size <= highest):
+        at = "from start()" if step == 0 else f"at step {step}"
+        raise ContractViolation(
+            f"returned {size!r} {at}; a batch size must be a positive integer within "
+            f"[{lowest}, {highest}] ({bounds})")
+
+
+def _check_diagnostics(metrics, step: int) -> None:
+    at = "after start()" if step == 0 else f"at step {step}"
+    if not isinstance(metrics, dict):
+        raise ContractViolation(
+            f"diagnostics() {at} returned {type(metrics).__name__}; it must return a dict of "
+            "floats")
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not isinstance(value, float):
+            raise ContractViolation(
+                f"diagnostics() {at} returned {value!r} for {name!r}; it must return a dict "
+                "of floats")
+
+
+def _same_metrics(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+
+
+def check_configuration(cls, overrides, method) -> None:
+    """The batch-size contract on one configuration (see the module docstring)."""
+    answers, shown, fed = _run(cls, overrides)
+    again, shown_again, _ = _run(cls, overrides, feed=fed)
+    for step, (a, b) in enumerate(zip(answers, again, strict=True)):
+        if a != b:
+            raise ContractViolation(
+                f"is not deterministic: two fresh instances fed the same statistics answered "
+                f"{a} and {b} at step {step}")
+    for step, (a, b) in enumerate(zip(shown, shown_again, strict=True)):
+        if not _same_metrics(a, b):
+            raise ContractViolation(
+                f"is not deterministic: two fresh instances fed the same statistics gave "
+                f"diagnostics {a} and {b} at step {step}")

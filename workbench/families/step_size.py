@@ -1,0 +1,250 @@
+"""The step-size family: the optimizer a method builds, the loops' side of it, the inputs a
+method may require and the contract check.
+
+Caller side: a loop calls ``optimizer.step(closure)``, then ``step_size_taken(optimizer)``
+(``method/step_size``) and, in a policy-gradient loop, ``observe_rl_stats(optimizer, ...)``;
+a multi-epoch update steps over ``minibatch_epochs`` and logs ``mean_over_steps``.
+
+Contract check: 20 steps on a seeded float64 quadratic over two parameter tensors (a 2x2
+matrix and a 3-vector), with ``info`` giving total_steps=20, batches_per_epoch=1, f_star,
+loss_lower_bound, smoothness, return_upper_bound=500 and an ``lmo`` for a Euclidean ball
+around the start; an optimizer with ``observe`` gets synthetic RL statistics after each step
+(KL swinging around typical targets, a return NaN at first then rising). Every step calls
+``closure`` and returns a loss; ``last_step_size`` is a finite float, >= 0 and at most
+``step_size_cap()`` (relative tolerance 1e-12); the iterate stays finite; the state survives
+``state_dict()`` / ``load_state_dict()`` (before steps 1 and 10, a fresh optimizer loaded with
+the saved state takes the same step, to 1e-12).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from workbench.families._checks import ContractViolation, guarded, is_real
+from workbench.registry import Method
+
+FAMILY = "step_size"
+
+#: The inputs a step-size method may ``require`` (a task's ``provides`` names those it gives),
+#: each with its meaning. All but ``closure`` and ``rl_stats`` are keys of ``build``'s ``info``.
+REQUIRABLE: Mapping[str, str] = {
+    "closure": "step(closure) may call closure(backward=False) to evaluate the loss at a trial "
+               "point (a line search)",
+    "total_steps": "the run's budget of optimizer steps",
+    "batches_per_epoch": "optimizer steps per pass over the data",
+    "f_star": "the exact optimal value of the loss",
+    "loss_lower_bound": "a number the loss never goes below",
+    "smoothness": "L, the Lipschitz constant of the gradient",
+    "lmo": "the linear minimisation oracle: a list of gradient tensors -> the list of vertex "
+           "tensors s = argmin_{s in C} <g, s> of the feasible set C",
+    "rl_stats": "observe(stats) after every step with approx_kl (the k3 estimate of "
+                "KL(old || new) on that minibatch, measured before the step), episodic_return "
+                "(mean return of the episodes finished in the latest rollout, NaN before the "
+                "first) and update (rollout index)",
+    "return_upper_bound": "the largest return an episode can have",
+}
+
+
+class StepSizeMethod(Method):
+    """Builds a ``torch.optim.Optimizer`` over the task's parameters.
+
+    The task calls ``optimizer.step(closure)``. ``closure(backward=True)`` evaluates the loss on
+    the current minibatch at the current parameters, fills ``.grad`` and returns the loss;
+    ``closure(backward=False)`` only evaluates the loss (a line search's trial point). The
+    optimizer calls it at least once and sets ``last_step_size`` (a float) on every step.
+    ``info`` holds what the task provides (always ``total_steps`` and ``batches_per_epoch``);
+    a method ``requires`` the names it reads, from ``REQUIRABLE`` (with their meanings).
+
+    Policy-gradient tasks (which provide ``rl_stats``) call the optimizer's ``observe(stats)``,
+    where it defines one, after every optimizer step (``observe_rl_stats``).
+    """
+
+    family = FAMILY
+
+    def build(
+        self, params: Iterable[torch.Tensor], info: Mapping[str, Any]
+    ) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def step_size_cap(self) -> float:
+        """The largest ``last_step_size`` this configuration may report (inf: no cap)."""
+        return float("inf")
+
+
+# caller side -----------------------------------------------------------------------------------
+
+def step_size_taken(optimizer: torch.optim.Optimizer) -> float:
+    """``method/step_size``: the step the optimizer reports for its last ``step`` (NaN for a
+    plain torch optimizer, which reports none)."""
+    return float(getattr(optimizer, "last_step_size", math.nan))
+
+
+def observe_rl_stats(optimizer: torch.optim.Optimizer, *, approx_kl: float,
+                     episodic_return: float, update: int) -> None:
+    """Give a policy-gradient step's statistics (``REQUIRABLE["rl_stats"]``) to the
+    optimizer's ``observe``, where it defines one."""
+    observe = getattr(optimizer, "observe", None)
+    if observe is not None:
+        observe({"approx_kl": approx_kl, "episodic_return": episodic_return, "update": update})
+
+
+def minibatch_epochs(rows: int, *, epochs: int, minibatches: int, generator: torch.Generator,
+                     device: torch.device | str) -> Iterator[torch.Tensor]:
+    """The row indices of each optimizer step of a multi-epoch update (PPO): ``epochs`` passes,
+    each over a fresh permutation drawn from ``generator`` (on the CPU, then moved to
+    ``device``) cut into minibatches of max(1, rows // minibatches) rows, a remainder left out
+    of that pass; ``epochs * minibatches`` steps when rows >= minibatches."""
+    size = max(1, rows // minibatches)
+    for _ in range(epochs):
+        order = torch.randperm(rows, generator=generator).to(device)
+        for start in range(0, rows - size + 1, size):
+            yield order[start:start + size]
+
+
+def mean_over_steps(per_step: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the optimizer steps of one update (summed in step order)."""
+    totals: dict[str, float] = {}
+    for stats in per_step:
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value
+    return {key: value / len(per_step) for key, value in totals.items()}
+
+
+# contract check --------------------------------------------------------------------------------
+
+STEPS = 20
+RELOAD_AT = (1, 10)
+
+
+def _quadratic(seed: int = 0):
+    """Parameters, counted closure and info of f = 1/2 (x - x*)^T A (x - x*) + f_star over
+    x = (2x2 matrix, 3-vector) flattened; float64."""
+    dim, f_star = 7, 0.5
+    gen = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
+    eigenvalues = 0.05 + 0.95 * torch.rand(dim, generator=gen, dtype=torch.float64)
+    a = q @ torch.diag(eigenvalues) @ q.T
+    a = 0.5 * (a + a.T)
+    x_star = torch.randn(dim, generator=gen, dtype=torch.float64)
+    start = torch.randn(dim, generator=gen, dtype=torch.float64)
+    params = [start[:4].reshape(2, 2).clone().requires_grad_(True),
+              start[4:].clone().requires_grad_(True)]
+    calls = [0]
+
+    def loss():
+        d = torch.cat([p.reshape(-1) for p in params]) - x_star
+        return 0.5 * d @ (a @ d) + f_star
+
+    def closure(backward=True):
+        calls[0] += 1
+        if not backward:
+            with torch.no_grad():
+                return loss()
+        for p in params:
+            p.grad = None
+        value = loss()
+        value.backward()
+        return value.detach()
+
+    centre = [p.detach().clone() for p in params]
+    radius = 2.0 * float(start.norm()) + 1.0
+
+    def lmo(grads):
+        norm = math.sqrt(sum(float(torch.sum(g * g)) for g in grads)) or 1.0
+        return [c - radius * g / norm for c, g in zip(centre, grads, strict=True)]
+
+    info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
+            "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
+            "return_upper_bound": 500.0}
+    return params, closure, calls, info
+
+
+def check_configuration(cls, overrides, method) -> None:
+    """The step-size contract on one configuration (see the module docstring)."""
+    params, closure, calls, info = _quadratic()
+    cap = guarded("in step_size_cap()", method.step_size_cap)
+    if not is_real(cap) or math.isnan(cap) or cap < 0:
+        raise ContractViolation(
+            f"step_size_cap() returned {cap!r}; it must be a number >= 0 (inf: no cap)")
+    optimizer = guarded("in build()", lambda: method.build(params, info))
+    for step in range(STEPS):
+        if step in RELOAD_AT:
+            start = [p.detach().clone() for p in params]
+            state = guarded(f"in state_dict() before step {step}",
+                            lambda: copy.deepcopy(optimizer.state_dict()))
+        calls[0] = 0
+        loss = guarded(f"at step {step}", lambda: optimizer.step(closure))
+        if calls[0] == 0:
+            raise ContractViolation(
+                f"step {step} never called closure(); a step must evaluate the loss at least "
+                "once")
+        if loss is None:
+            raise ContractViolation(
+                f"step {step} returned None; step(closure) must return the loss closure() gave")
+        _check_step_size_value(optimizer, step, cap)
+        if not all(bool(torch.isfinite(p).all()) for p in params):
+            raise ContractViolation(f"the iterate is not finite after step {step}")
+        if step in RELOAD_AT:
+            _check_round_trip(method, optimizer.last_step_size, params, closure, info, step,
+                              start, state)
+        observe = getattr(optimizer, "observe", None)
+        if observe is not None:
+            guarded(f"in observe() after step {step}", lambda: observe(_rl_stats(step)))  # noqa: B023
+
+
+def _rl_stats(step: int) -> dict[str, float]:
+    """Synthetic ``observe`` statistics: a KL that swings across typical targets, a return
+    unknown at first (NaN) then rising towards the upper bound."""
+    return {"approx_kl": 0.001 * (1 + 30 * (step % 3 == 1)),
+            "episodic_return": math.nan if step < 2 else 20.0 * step, "update": step // 4}
+
+
+def _check_step_size_value(optimizer, step: int, cap: float) -> None:
+    size = getattr(optimizer, "last_step_size", None)
+    if not is_real(size):
+        raise ContractViolation(
+            f"step {step} left last_step_size = {size!r}; it must be a float")
+    if not math.isfinite(size) or size < 0:
+        raise ContractViolation(
+            f"step {step} reported step size {size!r}; it must be finite and >= 0")
+    if size > cap * (1 + 1e-12):
+        raise ContractViolation(
+            f"step {step} reported step size {size!r}, above its step_size_cap() {cap!r}")
+
+
+def _check_round_trip(method, size, params, closure, info, step, start, state) -> None:
+    """Retake step ``step`` from ``start`` with a fresh optimizer loaded with ``state`` (saved
+    before the step); it must land where the original did (the current parameters)."""
+    after = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, x in zip(params, start, strict=True):
+            p.copy_(x)
+
+    def reloaded():
+        fresh = method.build(params, info)
+        fresh.load_state_dict(state)
+        fresh.step(closure)
+        return getattr(fresh, "last_step_size", None)
+
+    fresh_size = guarded(f"in a fresh optimizer loaded with the state saved before step {step}",
+                         reloaded)
+    gap = max(float((p.detach() - x).abs().max()) for p, x in zip(params, after, strict=True))
+    if not gap <= 1e-12:
+        raise ContractViolation(
+            f"its state does not survive state_dict()/load_state_dict(): a fresh optimizer "
+            f"loaded with the state saved before step {step} stepped to a different point "
+            f"(largest difference {gap:.3g})")
+    if fresh_size != size and not (is_real(size) and is_real(fresh_size)
+                                   and math.isclose(size, fresh_size, rel_tol=1e-12)):
+        raise ContractViolation(
+            f"its state does not survive state_dict()/load_state_dict(): a fresh optimizer "
+            f"loaded with the state saved before step {step} reported step size "
+            f"{fresh_size!r} instead of {size!r}")
+    with torch.no_grad():  # back to where the original optimizer left them
+        for p, x in zip(params, after, strict=True):
+            p.copy_(x)
