@@ -30,7 +30,8 @@ SEEDS = 4
 
 
 def make_sweep(folder: Path, runs: int, steps: int):
-    from workbench import engine, spec, tracking
+    from workbench import engine, spec
+    from workbench import runs as layout  # the run layout ("runs" here is a count)
     from workbench.sink import MetricSink
     from workbench.store import Store
 
@@ -44,7 +45,7 @@ def make_sweep(folder: Path, runs: int, steps: int):
     store = Store.from_url(sweep.storage)
     engine.setup(sweep, store)
     client = store.mlflow_client()
-    experiment = tracking.ensure_experiment(client, sweep.name, store.artifact_root)
+    experiment = layout.ensure_experiment(client, sweep.name, store.artifact_root)
     plan = sweep.studies[0]
     import optuna
 
@@ -52,21 +53,21 @@ def make_sweep(folder: Path, runs: int, steps: int):
     rng = np.random.default_rng(0)
     tags = {"workbench.sweep": "bench", "workbench.study": plan.name,
             "workbench.method": plan.label, "workbench.fidelity": "reference-checked",
-            **tracking.provenance()}
+            **layout.provenance()}
     seed_ids = []
     with MetricSink(store.mlflow_url) as sink:
         for number in range(trials):
             lr = float(10 ** rng.uniform(-3, 1))
-            trial_run = tracking.start_run(
+            trial_run = layout.start_run(
                 client, experiment, f"t{number}", parent=study.user_attrs["mlflow_run_id"],
                 tags={**tags, "workbench.kind": "trial", "optuna.trial_number": number},
                 params={"step_size.lr": lr})
             values = []
             for seed in range(SEEDS):
-                run = tracking.start_run(client, experiment, f"t{number} s{seed}",
-                                         parent=trial_run, params={"step_size.lr": lr},
-                                         tags={**tags, "workbench.kind": "seed",
-                                               "workbench.seed": seed})
+                run = layout.start_run(client, experiment, f"t{number} s{seed}",
+                                       parent=trial_run, params={"step_size.lr": lr},
+                                       tags={**tags, "workbench.kind": "seed",
+                                             "workbench.seed": seed})
                 loss = np.exp(-lr * np.arange(steps) / steps) + rng.uniform(0, 0.01)
                 for step in range(steps):
                     sink.log(run, step, {"train/loss": loss[step], "cost/samples": 64.0 * step,
@@ -74,10 +75,10 @@ def make_sweep(folder: Path, runs: int, steps: int):
                                          "time/wall_seconds": 1e-3 * step})
                 values.append(float(loss[-1]))
                 sink.flush()
-                tracking.finish_run(client, run, "complete", metrics={"objective": loss[-1]})
+                layout.finish_run(client, run, "complete", metrics={"objective": loss[-1]})
                 seed_ids.append(run)
-            tracking.finish_run(client, trial_run, "complete",
-                                metrics={"objective": float(np.mean(values))})
+            layout.finish_run(client, trial_run, "complete",
+                              metrics={"objective": float(np.mean(values))})
     return sweep, client, seed_ids
 
 

@@ -51,13 +51,13 @@ def wait_for(condition, bound=300 * float(os.environ.get("WORKBENCH_TEST_TIMEOUT
 
 # die just before the trial run is finished (log_batch and set_terminated)
 DIE_BEFORE_FINISH_RUN = '''
-from workbench import tracking
-_finish_run = tracking.finish_run
+from workbench import runs
+_finish_run = runs.finish_run
 def finish_run(client, run_id, state, **kwargs):
     if run_kind(client, run_id) == "trial":
         die()
     return _finish_run(client, run_id, state, **kwargs)
-tracking.finish_run = finish_run
+runs.finish_run = finish_run
 '''
 
 # die after the trial run's tags and metrics are written, before it is marked terminated
@@ -154,7 +154,8 @@ def before_raising():
 CLOSE_THE_STUDY_RUN_TOGETHER = '''
 import optuna
 from optuna.trial import TrialState
-from workbench import engine, tracking
+from workbench import runs
+from workbench.engine.claims import Claims
 from workbench.store import Store
 
 MARKS = Path(os.environ["WORKBENCH_TEST_MARKS"])
@@ -177,20 +178,20 @@ def lock(self, name):
             HELD.pop()
 Store.lock = lock
 
-_close_study_run = engine.Worker._close_study_run
+_close_study_run = Claims.close_study_run
 def close_study_run(self, study, plan):
     wait_for(lambda: sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
                          for t in study.get_trials()) >= plan.n_trials)
     return _close_study_run(self, study, plan)
-engine.Worker._close_study_run = close_study_run
+Claims.close_study_run = close_study_run
 
-_finish_run = tracking.finish_run
+_finish_run = runs.finish_run
 def finish_run(client, run_id, state, **kwargs):
     if run_kind(client, run_id) == "study":
         (MARKS / f"finishing-{os.getpid()}").touch()
         wait_for(lambda: others("finishing") or (HELD and others("waiting")))
     return _finish_run(client, run_id, state, **kwargs)
-tracking.finish_run = finish_run
+runs.finish_run = finish_run
 '''
 
 DIE_AFTER_THE_FIRST_FIGURE = '''

@@ -10,6 +10,8 @@ from pydantic import Field
 
 from workbench.validation import Strict
 
+# ``log(step, metrics)``: records one step's metrics. It may raise to stop the run (the engine's
+# ``StopRun`` when the trial is pruned or diverged); a loop lets that propagate.
 LogFn = Callable[[int, Mapping[str, float]], None]
 
 

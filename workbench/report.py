@@ -37,7 +37,8 @@ import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no backend, no global state
 from pydantic import Field, ValidationError
 
-from workbench import layout, results, stats
+from workbench import results, stats
+from workbench import runs as layout  # the run layout: "runs" here are DataFrames
 from workbench.processes import process_alive
 from workbench.spec import ReportOptions, Sweep, load
 from workbench.store import Store, redact

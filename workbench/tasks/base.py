@@ -74,10 +74,10 @@ class Task:
         """Train with ``methods`` in the slots from ``seed`` until ``budget`` is spent; return
         the final metrics.
 
-        ``log(step, metrics)`` is the run's monitor: it records the step's metrics (names from
-        ``workbench.metrics``) and may end the run by raising (the engine's ``StopRun`` when
-        the pruner stops the trial or the objective diverges past the spec's bound, or an
-        interrupt). A loop lets whatever ``log`` raises propagate, holds no state that needs
-        cleaning up past a ``with`` block.
+        ``log(step, metrics)`` is the run's monitor (the engine's ``Monitor``): it records the
+        step's metrics (names from ``workbench.metrics``) and may end the run by raising:
+        ``workbench.engine.StopRun`` when the pruner stops the trial or the objective diverges
+        past the spec's bound, or an interrupt. A loop lets whatever ``log`` raises propagate,
+        holds no state that needs cleaning up past a ``with`` block.
         """
         raise NotImplementedError

@@ -1,10 +1,13 @@
-"""Writing a sweep to MLflow, in the layout ``workbench.layout`` defines (DESIGN.md,
-"Tracking layout").
+"""The MLflow layout of a sweep, owned here: run kinds, tag keys, outcome <-> status, and the
+functions that open and close its runs (DESIGN.md, "Tracking layout").
 
-One experiment per sweep; a parent run per study, a child run per trial, a run per seed under
-its trial. Params hold every resolved hyperparameter; tags hold provenance (git commit, dirty
-flag, package versions, device, host), the method, its fidelity, the seed and the Optuna ids.
-Step metrics go through ``workbench.sink.MetricSink``.
+One experiment per sweep; a run per study (kind ``study``), a child run per trial (``trial``)
+and a run per seed under its trial (``seed``). Params hold every resolved hyperparameter; tags
+hold provenance (git commit, dirty flag, package versions, host), the method, its fidelity, the
+seed and the Optuna ids. The engine writes runs through this module; the report and
+``workbench.results`` read them back with its names; neither spells them itself. Step metrics go
+through ``workbench.sink.MetricSink``. Importing this module imports nothing heavy (MLflow's
+entities load on the first write).
 """
 
 from __future__ import annotations
@@ -18,9 +21,30 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunTag
+# run kinds (the value of the KIND tag)
+STUDY, TRIAL, SEED = "study", "trial", "seed"
 
-from workbench.layout import STATUS
+# tag keys
+KIND = "workbench.kind"
+SWEEP = "workbench.sweep"
+STUDY_NAME = "workbench.study"
+METHOD = "workbench.method"  # the study's label; METHOD + ".SLOT": the slot's method name
+TASK = "workbench.task"
+FIDELITY = "workbench.fidelity"  # one fidelity or "mixed"; FIDELITY + ".SLOT": per slot
+SEED_TAG = "workbench.seed"
+FAIL_REASON = "workbench.fail_reason"
+PRUNE_REASON = "workbench.prune_reason"
+PRUNE_DETAIL = "workbench.prune_detail"
+UNUSED_KNOBS = "workbench.unused_knobs"
+
+# a trial's outcome -> the MLflow status of its runs
+STATUS = {"complete": "FINISHED", "pruned": "KILLED", "fail": "FAILED"}
+FINISHED, KILLED, FAILED, RUNNING = "FINISHED", "KILLED", "FAILED", "RUNNING"
+
+
+def slot_tag(key: str, slot: str) -> str:
+    """The per-slot form of METHOD or FIDELITY, e.g. ``workbench.method.step_size``."""
+    return f"{key}.{slot}"
 
 
 @functools.cache
@@ -48,6 +72,7 @@ def provenance() -> dict[str, str]:
 
 
 def ensure_experiment(client, name: str, artifact_root: Path) -> str:
+    """The id of the sweep's experiment, created (or restored from deleted) when needed."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
@@ -61,6 +86,9 @@ def ensure_experiment(client, name: str, artifact_root: Path) -> str:
 
 def start_run(client, experiment_id: str, name: str, *, tags: Mapping[str, Any],
               params: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
+    """Open a run (a study, trial or seed run: its KIND tag says which) under ``parent``."""
+    from mlflow.entities import Param
+
     all_tags = {k: str(v) for k, v in tags.items()}
     if parent:
         all_tags["mlflow.parentRunId"] = parent
@@ -80,7 +108,9 @@ def _param_value(value: Any) -> str:
 
 def finish_run(client, run_id: str, state: str, *, tags: Mapping[str, Any] | None = None,
                metrics: Mapping[str, float] | None = None, name: str | None = None) -> None:
-    """End a run with the MLflow status of an Optuna state (complete, pruned or fail)."""
+    """End a run with the MLflow status of an outcome (complete, pruned or fail, ``STATUS``)."""
+    from mlflow.entities import Metric, RunTag
+
     now = int(time.time() * 1000)
     items = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
     if name:

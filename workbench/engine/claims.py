@@ -1,0 +1,220 @@
+"""The claim protocol: which worker runs which trial, and the repair of what a kill left.
+
+A worker claims a trial under the store's lock (one per study) only while its study has fewer
+finished plus running trials than the spec asks for, so running the same command again (or
+several workers at once) never adds a trial beyond that number. A claimed trial records its
+owner (host, pid) under that lock and beats a heartbeat while it runs.
+
+A kill may land anywhere, and the next claim (under the same lock) repairs what it left:
+
+- a trial closes out by ending its MLflow run first and telling Optuna second, so a kill in
+  between leaves a RUNNING trial whose worker is gone;
+- such a trial is failed at once when it has no owner (its claimer died inside the claim, and
+  claims hold the lock), or its owner ran on this host and has ended; through its stale
+  heartbeat otherwise;
+- every MLflow run still RUNNING of a finished trial then takes that trial's status, and the run
+  of a trial whose worker died is FAILED, even one that ended before the trial was told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import threading
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from workbench import runs
+from workbench.engine.studies import make_sampler, short_metric
+from workbench.processes import process_alive
+from workbench.spec import StudyPlan, Sweep
+from workbench.store import HEARTBEAT_INTERVAL_S, Store
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+class Heartbeat:
+    """Records the trial's heartbeat so a killed worker's trial is later found stale."""
+
+    def __init__(self, storage, trial_id: int):
+        self.storage, self.trial_id = storage, trial_id
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stop_event.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a missed beat only makes the trial look stale later
+                pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join()
+
+
+@dataclass
+class Claims:
+    """Claims the trials of a sweep's studies for one worker, repairing what kills left first,
+    and closes a study's run once the study is done (both under the study's lock)."""
+
+    sweep: Sweep
+    store: Store
+    storage: optuna.storages.BaseStorage
+    client: object  # an MlflowClient
+
+    def claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
+        """A new trial of ``study`` owned by this process, or None when none is left."""
+        with self.store.lock(plan.name), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats with ask/tell are what we want here
+            trials = self._clean_up(study)
+            if not self._may_claim(plan, trials):
+                return None
+            study.sampler = make_sampler(self.sweep, plan, len(trials))
+            trial = study.ask()
+            self.storage.record_heartbeat(trial._trial_id)
+            trial.set_user_attr("worker", {"host": platform.node(), "pid": os.getpid()})
+            return trial
+
+    def close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
+        """End the study's MLflow run once the study is done, under the claim lock so that one
+        worker does it: FINISHED when it has all its trials, FAILED (with the reason) when
+        ``max_failed_trials`` stopped it."""
+        with self.store.lock(plan.name):
+            trials = study.get_trials(deepcopy=False)
+            if any(t.state == TrialState.RUNNING for t in trials):
+                return  # the worker running that trial closes the study run after it
+            run_id = study.user_attrs["mlflow_run_id"]
+            status = self.client.get_run(run_id).info.status
+            if sum(t.state in FINISHED for t in trials) >= plan.n_trials:
+                if status != runs.FINISHED:
+                    self._end_study_run(study, plan, run_id, "complete")
+            elif status == runs.RUNNING:
+                reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
+                if reason:
+                    self._end_study_run(study, plan, run_id, "fail",
+                                        tags={runs.FAIL_REASON: reason})
+
+    def _end_study_run(self, study, plan, run_id: str, state: str, tags=None) -> None:
+        metrics, name = {}, plan.label
+        if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+            metrics["objective"] = study.best_value
+            name = f"{plan.label} | best {short_metric(self.sweep.metric)}={study.best_value:.4g}"
+        runs.finish_run(self.client, run_id, state, metrics=metrics, name=name, tags=tags)
+
+    # ------------------------------------------------------------------ crash housekeeping
+
+    def _clean_up(self, study: optuna.Study) -> list:
+        """Fail dead trials, end the runs they left, queue retries; the trials after that."""
+        optuna.storages.fail_stale_trials(study)
+        self._fail_dead_trials(study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False)
+        self._close_orphans(study, trials)
+        self._retry_crashed(study, trials)
+        return study.get_trials(deepcopy=False)
+
+    def _may_claim(self, plan: StudyPlan, trials) -> bool:
+        """Fewer finished plus running trials than the study asks for, and failures left.
+
+        Once a trial has failed, running trials count as failures to come: the study then runs
+        only as many trials at once as it has failures left, so it never ends with more than
+        ``max_failed_trials`` failed trials, unless its first failures come together (at most
+        one per worker running it)."""
+        running = sum(t.state == TrialState.RUNNING for t in trials)
+        finished = sum(t.state in FINISHED for t in trials)
+        raised, limit = raised_count(trials), self.sweep.spec.max_failed_trials
+        if finished + running >= plan.n_trials or raised >= limit:
+            return False
+        return raised == 0 or raised + running < limit
+
+    def _fail_dead_trials(self, trials) -> None:
+        """Fail each RUNNING trial whose worker is gone (called under the claim lock)."""
+        for t in trials:
+            if t.state == TrialState.RUNNING and not may_be_running(t.user_attrs.get("worker")):
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def _retry_crashed(self, study, trials) -> None:
+        """Queue the parameters of a trial whose worker died (not one whose method raised)
+        again, once, when the spec says so (``retry_crashed``)."""
+        if not self.sweep.spec.retry_crashed:
+            return
+        marks = study.user_attrs
+        for t in trials:
+            if (t.state == TrialState.FAIL and "fail_reason" not in t.user_attrs
+                    and f"retried.{t.number}" not in marks and t.params):
+                study.enqueue_trial(t.params, user_attrs={"retry_of": t.number},
+                                    skip_if_exists=False)
+                study.set_user_attr(f"retried.{t.number}", True)
+
+    def _close_orphans(self, study, trials) -> None:
+        """Make the MLflow runs of finished trials agree with them, whatever a kill left: a
+        run still RUNNING takes its trial's status; the trial run of a trial whose worker died
+        is FAILED, even one that ended before the trial was told."""
+        by_number = {t.number: t for t in trials}
+        for run in self._running_runs(study):
+            trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
+            if trial is not None and trial.state.is_finished():
+                self._end_like(run.info.run_id, trial)
+        marks = study.user_attrs  # finished trials cannot take attributes: the study keeps them
+        for t in trials:
+            if worker_died(t) and f"closed.{t.number}" not in marks:
+                run_id = t.user_attrs.get("mlflow_run_id")
+                if run_id and self.client.get_run(run_id).info.status != runs.FAILED:
+                    self._end_like(run_id, t)
+                study.set_user_attr(f"closed.{t.number}", True)
+
+    def _running_runs(self, study: optuna.Study) -> list:
+        """The MLflow runs of the study's trials and seeds still marked RUNNING."""
+        return self.client.search_runs(
+            [study.user_attrs["mlflow_experiment_id"]],
+            f"tags.`optuna.study_id` = '{study._study_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000)
+
+    def _end_like(self, run_id: str, trial: FrozenTrial) -> None:
+        """End an MLflow run with the status of its (finished) trial."""
+        if trial.state != TrialState.FAIL:
+            state = "complete" if trial.state == TrialState.COMPLETE else "pruned"
+            runs.finish_run(self.client, run_id, state)
+            return
+        reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("interrupted")
+                  or "worker died")
+        runs.finish_run(self.client, run_id, "fail", tags={runs.FAIL_REASON: reason})
+
+
+def raised_count(trials) -> int:
+    """Trials failed because their method raised (not because their worker died)."""
+    return sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials)
+
+
+def worker_died(trial) -> bool:
+    """A failed trial that did not fail itself: its worker was killed or it was found dead."""
+    return (trial.state == TrialState.FAIL
+            and not {"fail_reason", "interrupted"} & trial.user_attrs.keys())
+
+
+def failure_stop(trials, limit: int) -> str | None:
+    """Why a study claims no more trials: its method raised ``max_failed_trials`` times."""
+    raised = raised_count(trials)
+    if raised < limit:
+        return None
+    return f"stopped after {raised} failed trials (max_failed_trials: {limit})"
+
+
+def may_be_running(owner: dict | None) -> bool:
+    """Whether a RUNNING trial's worker may still run it, seen under the claim lock.
+
+    No owner: its claimer died inside the claim (which records the owner under the lock held
+    now), so nobody runs it. An owner on this host runs it while its process lives. Another
+    host's owner is trusted until Optuna finds its heartbeat stale."""
+    if owner is None:
+        return False
+    return owner["host"] != platform.node() or process_alive(owner["pid"])

@@ -1,0 +1,81 @@
+"""The monitor of one seed run: the ``log`` function a task's loop calls at every step.
+
+It records the step's metrics to the sink, tracks the objective, and may stop the run by
+raising ``StopRun``: ``diverged`` when the objective metric passes the spec's ``diverge_past``
+bound (or ends not finite), ``pruned`` when Optuna's pruner says so at a report point. A task
+lets the exception propagate (the task contract, ``workbench.tasks.base.Task.run``); the trial
+runner catches it and marks the seed run and the trial pruned with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import optuna
+
+from workbench.objective import ObjectiveTracker
+from workbench.sink import MetricSink
+from workbench.spec import Sweep
+
+
+class StopRun(Exception):
+    """Ends a trial early, marked pruned: the pruner said so, or the run diverged."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def report_steps(steps: int, points: int) -> dict[int, int]:
+    """Training step -> index of the intermediate value reported there."""
+    marks = sorted({max(1, round(steps * (i + 1) / points)) for i in range(points)})
+    return {step: i for i, step in enumerate(marks)}
+
+
+class Monitor:
+    """The ``LogFn`` of seed ``seed`` (the trial's ``seed_index``-th) of ``trial``.
+
+    Each call logs the metrics of a step to ``run_id`` through ``sink``; a step with the
+    objective metric adds it to the objective, checks divergence and, at a report point, reports
+    the objective so far to Optuna as intermediate value ``seed_index * points + i`` (the same
+    for every trial) and asks the pruner. Both stops raise ``StopRun``.
+    """
+
+    def __init__(self, sweep: Sweep, sink: MetricSink, run_id: str, trial: optuna.Trial,
+                 seed: int, seed_index: int):
+        spec = sweep.spec
+        self.sink, self.run_id, self.trial = sink, run_id, trial
+        self.seed, self.seed_index = seed, seed_index
+        self.metric, self.direction = sweep.metric, sweep.direction
+        self.bound = spec.objective.diverge_past
+        self.pruner = spec.pruner.name
+        self.points = spec.pruner.report_points
+        self.marks = report_steps(spec.budget.steps, self.points)
+        self.objective = ObjectiveTracker(sweep.metric, sweep.direction, spec.objective.at)
+
+    def __call__(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.sink.log(self.run_id, step, dict(metrics))
+        if self.metric not in metrics:  # e.g. validation metrics every few steps
+            return
+        value = float(metrics[self.metric])
+        self.objective.add(value)
+        if self.bound is not None and (value > self.bound if self.direction == "minimize"
+                                       else value < self.bound):
+            raise StopRun("diverged", f"{self.metric}={value:.4g} past the bound "
+                                      f"{self.bound:g} at seed {self.seed}, step {step}")
+        if step in self.marks and math.isfinite(self.objective.value()):
+            self.trial.report(self.objective.value(),
+                              self.seed_index * self.points + self.marks[step])
+            if self.trial.should_prune():
+                raise StopRun("pruned", f"{self.pruner} pruner at seed {self.seed}, "
+                                        f"step {step}")
+
+    def final_value(self, result: Mapping) -> float:
+        """The run's objective once the task returned ``result``; ``StopRun`` (diverged) when
+        the task says it diverged or the objective is not finite."""
+        value = self.objective.value()
+        if result.get("diverged") or not math.isfinite(value):
+            raise StopRun("diverged", f"{self.metric} not finite at seed {self.seed}, step "
+                                      f"{result.get('steps')}")
+        return value

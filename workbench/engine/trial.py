@@ -1,0 +1,201 @@
+"""Running one claimed trial: sample its hyperparameters, open its trial run, run the task once
+per seed (a seed run each, watched by a ``Monitor``), close the runs, tell Optuna.
+
+The trial's objective is its per-seed objectives aggregated as the spec says. A ``StopRun``
+from a seed prunes the trial; any other exception fails it (its traceback is logged to the
+trial run); an interrupt (KeyboardInterrupt, SystemExit) fails it too and propagates.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from workbench import runs, stats
+from workbench.engine.claims import Heartbeat
+from workbench.engine.monitor import Monitor, StopRun
+from workbench.engine.studies import plan_tags, short_metric
+from workbench.sink import MetricSink
+from workbench.spec import StudyPlan, Sweep
+
+
+def suggest(trial: optuna.Trial, name: str, dist) -> object:
+    """Sample ``name`` from ``dist`` through the trial's suggest call for its kind."""
+    if isinstance(dist, optuna.distributions.FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_categorical(name, dist.choices)
+
+
+def unused_knobs(plan: StudyPlan, methods: dict) -> list[str]:
+    """Searched hyperparameters (``slot.name``) that the methods never read in a run."""
+    def read(name: str) -> bool:
+        slot, knob = name.split(".", 1)
+        return knob in methods[slot].hyperparameters_read()
+
+    return [name for name in plan.search_space() if not read(name)]
+
+
+@dataclass
+class OpenTrial:
+    """A claimed trial with its sampled methods and its open trial run: what each of its seed
+    runs needs (their params and tags start from the trial's)."""
+
+    study: optuna.Study
+    plan: StudyPlan
+    trial: optuna.Trial
+    methods: dict  # slot -> the method, built with the sampled hyperparameters
+    params: dict
+    tags: dict
+    run_id: str
+    experiment_id: str
+
+
+@dataclass
+class TrialRunner:
+    """Runs the trials one worker claims, on ``device``, logging steps through ``sink``."""
+
+    sweep: Sweep
+    client: object  # an MlflowClient
+    storage: optuna.storages.BaseStorage
+    sink: MetricSink
+    device: torch.device
+    warned: set  # studies already warned about unused knobs in this process
+
+    def run(self, study: optuna.Study, plan: StudyPlan, trial: optuna.Trial) -> None:
+        """Run ``trial`` over every seed and tell Optuna how it ended."""
+        sweep = self.sweep
+        opened = self._open(study, plan, trial)
+        values: list[float] = []
+        with Heartbeat(self.storage, trial._trial_id):
+            try:
+                for index, seed in enumerate(sweep.seeds):
+                    values.append(self._run_seed(opened, index, seed))
+            except StopRun as stop:
+                trial.set_user_attr("prune_reason", stop.reason)
+                runs.finish_run(self.client, opened.run_id, "pruned",
+                                tags={runs.PRUNE_REASON: stop.reason,
+                                      runs.PRUNE_DETAIL: stop.detail})
+                study.tell(trial, state=TrialState.PRUNED)
+                return
+            except BaseException as err:
+                self._fail(opened, err)
+                if not isinstance(err, Exception):
+                    raise
+                return
+        objective = stats.aggregate(values, sweep.spec.objective.aggregate)
+        runs.finish_run(self.client, opened.run_id, "complete",
+                        metrics={"objective": objective},
+                        name=f"{plan.label} t{trial.number} | {short_metric(sweep.metric)}="
+                             f"{objective:.4g}")
+        study.tell(trial, objective)
+
+    def _open(self, study: optuna.Study, plan: StudyPlan, trial: optuna.Trial) -> OpenTrial:
+        """Sample the trial's hyperparameters, build its methods, open its trial run (with the
+        resolved config as ``config.yaml``)."""
+        sweep = self.sweep
+        sampled = {name: suggest(trial, name, dist) for name, dist in plan.search_space().items()}
+        methods, config_methods = {}, {}
+        for m in plan.methods:
+            values = dict(m.fixed)
+            values.update({k.split(".", 1)[1]: v for k, v in sampled.items()
+                           if k.split(".", 1)[0] == m.slot})
+            methods[m.slot] = m.cls(**values)
+            config_methods[m.slot] = {"name": m.cls.name, "params": methods[m.slot].params}
+        config = {
+            "sweep": sweep.name, "study": plan.name, "trial": trial.number,
+            "task": {"name": sweep.task.name, "params": sweep.task_params.model_dump()},
+            "methods": config_methods, "seeds": sweep.seeds,
+            "budget": sweep.spec.budget.model_dump(), "device": str(self.device),
+            "objective": {"metric": sweep.metric, "direction": sweep.direction,
+                          "at": sweep.spec.objective.at,
+                          "aggregate": sweep.spec.objective.aggregate},
+        }
+        params = {"task": sweep.task.name, "device": str(self.device)}
+        params.update({f"task.{k}": v for k, v in config["task"]["params"].items()})
+        for slot, entry in config_methods.items():
+            params[f"method.{slot}"] = entry["name"]
+            params.update({f"{slot}.{k}": v for k, v in entry["params"].items()})
+        tags = {**runs.provenance(), **plan_tags(sweep, plan), "device": str(self.device),
+                "optuna.study_name": plan.name, "optuna.study_id": study._study_id,
+                "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
+        experiment_id = study.user_attrs["mlflow_experiment_id"]
+        run_id = runs.start_run(
+            self.client, experiment_id, f"{plan.label} t{trial.number}",
+            tags={**tags, runs.KIND: runs.TRIAL}, params=params,
+            parent=study.user_attrs["mlflow_run_id"])
+        trial.set_user_attr("mlflow_run_id", run_id)
+        self.client.log_dict(run_id, config, "config.yaml")
+        return OpenTrial(study, plan, trial, methods, params, tags, run_id, experiment_id)
+
+    def _run_seed(self, opened: OpenTrial, index: int, seed: int) -> float:
+        """Run the task from ``seed`` (the trial's ``index``-th) in its own seed run; its
+        objective. Raises ``StopRun`` when pruned or diverged, whatever the task raised else."""
+        sweep, spec, plan = self.sweep, self.sweep.spec, opened.plan
+        name = f"{plan.label} t{opened.trial.number} s{seed}"
+        seed_run = runs.start_run(
+            self.client, opened.experiment_id, name,
+            tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
+            params={**opened.params, "seed": seed}, parent=opened.run_id)
+        monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
+        torch.manual_seed(seed)
+        try:
+            # fresh methods per seed: no state leaks from one seed to the next
+            fresh = {slot: type(m)(**m.params) for slot, m in opened.methods.items()}
+            try:
+                result = sweep.task().run(sweep.task_params, fresh, seed=seed,
+                                          device=self.device, budget=spec.budget, log=monitor)
+            finally:
+                if index == 0:
+                    self._warn_unused_knobs(plan, fresh, opened.run_id)
+            value = monitor.final_value(result)
+        except StopRun as stop:
+            self.sink.flush()
+            runs.finish_run(self.client, seed_run, "pruned",
+                            tags={runs.PRUNE_REASON: stop.reason,
+                                  runs.PRUNE_DETAIL: stop.detail})
+            raise
+        except BaseException as err:
+            self.sink.flush()
+            runs.finish_run(self.client, seed_run, "fail",
+                            tags={runs.FAIL_REASON: f"{type(err).__name__}: {err}"})
+            raise
+        self.sink.flush()
+        runs.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
+                        name=f"{name} | {short_metric(sweep.metric)}={value:.4g}")
+        return value
+
+    def _warn_unused_knobs(self, plan: StudyPlan, methods: dict, trial_run: str) -> None:
+        """Warn, once per study and process, about searched hyperparameters the run never
+        read: tuning them spends budget on a dimension with no effect on the code path."""
+        unused = unused_knobs(plan, methods)
+        if not unused:
+            return
+        self.client.set_tag(trial_run, runs.UNUSED_KNOBS, ",".join(unused))
+        if plan.name in self.warned:
+            return
+        self.warned.add(plan.name)
+        shown = "; ".join(f"{slot}={m.params}" for slot, m in methods.items())
+        print(f"warning: {plan.name}: {', '.join(unused)} searched but never read by the "
+              f"code in its first trial ({shown}): it has no effect there; fix it or drop it "
+              "from the search space", file=sys.stderr, flush=True)
+
+    def _fail(self, opened: OpenTrial, err: BaseException) -> None:
+        """Fail the trial: its traceback as an artifact, the reason as a tag and user attr
+        (``fail_reason``, or ``interrupted`` for an interrupt), then tell Optuna."""
+        text = "".join(traceback.format_exception(err))
+        reason = f"{type(err).__name__}: {err}"[:500]
+        try:
+            self.client.log_text(opened.run_id, text, "traceback.txt")
+            key = "fail_reason" if isinstance(err, Exception) else "interrupted"
+            opened.trial.set_user_attr(key, reason)
+            runs.finish_run(self.client, opened.run_id, "fail",
+                            tags={runs.FAIL_REASON: reason})
+        finally:
+            opened.study.tell(opened.trial, state=TrialState.FAIL)
