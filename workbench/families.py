@@ -80,7 +80,7 @@ class BatchSizeMethod(Method):
     ``grad_sq`` (squared norm of the batch gradient), ``batch_size``, ``samples`` (seen so
     far), ``n_samples``, and, where the method ``requires`` ``per_sample_grads``,
     ``grad_sq_big``/``big_batch_size``, ``grad_sq_small``/``small_batch_size`` and
-    ``grad_var`` (see ``workbench.tasks.gradient_descent``). The loop clamps the answer to
+    ``grad_var`` (see ``workbench.testbeds.optimisation.loop``). The loop clamps the answer to
     [1, n_samples]. ``diagnostics()`` returns extra metrics to log at every step (e.g.
     ``batch/noise_scale``).
     """

@@ -57,10 +57,10 @@ from transformers import (
     get_constant_schedule_with_warmup,
 )
 
-from workbench.rlvr.checker import is_correct
-from workbench.rlvr.model import ModelConfig, build_model, generate_completions
-from workbench.rlvr.problems import Difficulty, Problem, generate, splits
-from workbench.rlvr.tokenizer import build_char_tokenizer, char_vocab
+from workbench.testbeds.rlvr.checker import is_correct
+from workbench.testbeds.rlvr.model import ModelConfig, build_model, generate_completions
+from workbench.testbeds.rlvr.problems import Difficulty, Problem, generate, splits
+from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer, char_vocab
 
 VERSION = 2  # bump when the training procedure changes, so old cache entries are not reused
 # 1: 1,500 steps of cosine decay from 3e-3; 2: constant lr, stop at a validation target

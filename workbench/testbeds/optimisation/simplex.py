@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workbench.tasks.base import Task, TaskParams
-from workbench.tasks.gradient_descent import Problem, train
-from workbench.tasks.least_squares import LeastSquaresParams
-from workbench.tasks.least_squares import make_problem as make_least_squares
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
+from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
+from workbench.testbeds.optimisation.loop import Problem, train
 
 _L1_KEYS = ("radius", "condition_number", "noise")
 

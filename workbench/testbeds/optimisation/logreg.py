@@ -1,7 +1,7 @@
 """Binary logistic regression on a generated or bundled data set.
 
 Loss: f(w) = mean_i log(1 + exp(-y_i <x_i, w>)) + (l2 / 2) ||w||^2 >= 0, labels in {-1, +1}.
-Data sets (``dataset``; see workbench.tasks.datasets):
+Data sets (``dataset``; see workbench.testbeds.optimisation.datasets):
 
 - ``gaussian`` (default): x ~ N(0, I_d), y = sign(<x, w*>) flipped with probability
   ``label_noise``, every point pushed ``margin`` away from the boundary along y w*;
@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workbench.tasks import datasets
-from workbench.tasks.base import Task, TaskParams
-from workbench.tasks.gradient_descent import Problem, Target, batches_per_epoch, train
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation import datasets
+from workbench.testbeds.optimisation.loop import Problem, Target, batches_per_epoch, train
 
 Digit = Annotated[int, Field(ge=0, le=9)]
 

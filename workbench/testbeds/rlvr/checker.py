@@ -1,4 +1,4 @@
-"""Verifies a completion of a generated problem (formats in ``workbench.rlvr.problems``).
+"""Verifies a completion of a generated problem (formats in ``workbench.testbeds.rlvr.problems``).
 
 The completion is the text before the end-of-sequence token. Trailing whitespace is ignored.
 Without a scratchpad the whole completion must be the answer; with one, its last line must be
@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from workbench.rlvr.problems import KINDS, Problem
+from workbench.testbeds.rlvr.problems import KINDS, Problem
 
 MAX_EXPRESSION_CHARS = 128
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")

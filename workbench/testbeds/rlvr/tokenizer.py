@@ -17,7 +17,7 @@ from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers, processors
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from workbench.rlvr.problems import ALPHABET
+from workbench.testbeds.rlvr.problems import ALPHABET
 
 PAD, BOS, EOS, UNK = "<|pad|>", "<|bos|>", "<|eos|>", "<|unk|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)

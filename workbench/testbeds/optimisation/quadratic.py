@@ -12,8 +12,8 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from workbench.tasks.base import Task, TaskParams
-from workbench.tasks.gradient_descent import Problem, train
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation.loop import Problem, train
 
 
 class QuadraticParams(TaskParams):

@@ -4,7 +4,7 @@
     obs = env.reset()
     step = env.step(actions)   # Step(obs, reward, terminated, truncated, final_obs, ...)
 
-``ENV_IDS`` run natively in torch on CPU or CUDA (``workbench.envs.cartpole`` and siblings, each
+``ENV_IDS`` run natively in torch on CPU or CUDA (``cartpole`` and siblings, each
 matching Gymnasium 1.x's reference step for step); any other Gymnasium id, or any id with
 ``backend="gymnasium"``, runs through ``gymnasium.vector.SyncVectorEnv`` on the CPU.
 """
@@ -15,12 +15,12 @@ from typing import Literal
 
 import torch
 
-from workbench.envs.acrobot import Acrobot
-from workbench.envs.base import BatchedEnv, Step, TorchEnv
-from workbench.envs.cartpole import CartPole
-from workbench.envs.gym_vector import GymVectorEnv
-from workbench.envs.mountain_car import MountainCar
-from workbench.envs.pendulum import Pendulum
+from workbench.testbeds.control.envs.acrobot import Acrobot
+from workbench.testbeds.control.envs.base import BatchedEnv, Step, TorchEnv
+from workbench.testbeds.control.envs.cartpole import CartPole
+from workbench.testbeds.control.envs.gym_vector import GymVectorEnv
+from workbench.testbeds.control.envs.mountain_car import MountainCar
+from workbench.testbeds.control.envs.pendulum import Pendulum
 
 TORCH_ENVS: dict[str, type[TorchEnv]] = {
     cls.env_id: cls for cls in (CartPole, Acrobot, MountainCar, Pendulum)}

@@ -15,8 +15,8 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from workbench.tasks.base import Task, TaskParams
-from workbench.tasks.gradient_descent import Problem, batches_per_epoch, train
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
 
 
 class LeastSquaresParams(TaskParams):

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.envs import BatchedEnv
-from workbench.rl.policy import ActorCritic
+from workbench.testbeds.control.envs import BatchedEnv
+from workbench.testbeds.control.policy import ActorCritic
 
 
 @dataclass

@@ -20,7 +20,7 @@ Per step k:
            - c * agg(H_t) + value loss (+ the entropy method's extra loss)
 
    with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
-   (``workbench.rl.losses.aggregate``), KL estimator ``kl_kind`` to the reference with weight
+   (``shared.losses.aggregate``), KL estimator ``kl_kind`` to the reference with weight
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.families import BatchSlot, adjust_policy_loss, step_size_taken
-from workbench.rl.batch_shape import reshape_batch
-from workbench.rl.losses import aggregate, kl_penalty, ppo_clip_loss
-from workbench.rlvr.backends import RolloutBackend, Rollouts
-from workbench.rlvr.checker import is_correct, reward
-from workbench.rlvr.model import position_ids_from_mask
-from workbench.rlvr.problems import Problem
+from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
+from workbench.testbeds.rlvr.checker import is_correct, reward
+from workbench.testbeds.rlvr.model import position_ids_from_mask
+from workbench.testbeds.rlvr.problems import Problem
+from workbench.testbeds.shared.batch_shape import reshape_batch
+from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
-if TYPE_CHECKING:  # workbench.tasks imports this module
+if TYPE_CHECKING:  # workbench.testbeds imports this module
     from workbench.budget import Budget, LogFn
 
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.envs import BatchedEnv
 from workbench.families import BatchSlot
-from workbench.rl.batch_shape import reshape_batch
-from workbench.rl.policy import ActorCritic
-from workbench.rl.ppo import PPOSettings, ppo_update
-from workbench.rl.reinforce import reinforce_update
-from workbench.rl.rollout import collect, explained_variance
+from workbench.testbeds.control.envs import BatchedEnv
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.ppo import PPOSettings, ppo_update
+from workbench.testbeds.control.reinforce import reinforce_update
+from workbench.testbeds.control.rollout import collect, explained_variance
+from workbench.testbeds.shared.batch_shape import reshape_batch
 
-if TYPE_CHECKING:  # workbench.tasks imports this module
+if TYPE_CHECKING:  # workbench.testbeds imports this module
     from workbench.budget import Budget, LogFn
 
 RECENT_EPISODES = 100

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
-from workbench.tasks import datasets
-from workbench.tasks.base import Task, TaskParams
-from workbench.tasks.gradient_descent import Problem, batches_per_epoch, train
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation import datasets
+from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
 
 N_CLASSES = 10
 

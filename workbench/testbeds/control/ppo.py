@@ -4,7 +4,7 @@ implementation details of PPO"), with the four family slots plugged in.
 
 Per update u:
 
-1. rollout: T steps of N environments with the current policy (``workbench.rl.rollout``);
+1. rollout: T steps of N environments with the current policy (``rollout``);
 2. advantages: ``A, R = advantage.compute(rewards, values, dones, terminated, next_values)``;
    optionally standardised over the batch (``advantage_norm="batch"``) or per minibatch;
 3. entropy coefficient: ``c = entropy.coefficient(u, mean entropy of the rollout)``;
@@ -14,7 +14,7 @@ Per update u:
        L = mean(max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)))
            + value_coef * L_V - c * mean(H) (+ the entropy method's extra loss)
 
-   The first term is ``workbench.rl.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows
+   The first term is ``shared.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows
    of one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
    L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
    ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from workbench.families import adjust_policy_loss, step_size_taken
-from workbench.rl.losses import ppo_clip_loss
-from workbench.rl.policy import ActorCritic
-from workbench.rl.rollout import Rollout
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.rollout import Rollout
+from workbench.testbeds.shared.losses import ppo_clip_loss
 
 
 @dataclass(frozen=True)

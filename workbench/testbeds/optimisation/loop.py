@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from workbench.families import BatchSlot, step_size_taken
-from workbench.tasks.base import Budget, LogFn
+from workbench.testbeds.base import Budget, LogFn
 
 
 @dataclass

@@ -1,11 +1,11 @@
-"""RL with verifiable rewards on a small language model (``workbench.rlvr.loop``).
+"""RL with verifiable rewards on a small language model (``workbench.testbeds.rlvr.loop``).
 
 ``rlvr-arith``: multi-digit addition, subtraction or multiplication (``kind``), with or without
 a scratchpad; ``rlvr-countdown``: reach a target with the given numbers. Problems are generated
-(``workbench.rlvr.problems``), seeded by ``data_seed``; the held-out set never overlaps the
+(``workbench.testbeds.rlvr.problems``), seeded by ``data_seed``; the held-out set never overlaps the
 training prompts. The policy is, by default, a ~1 M-parameter Llama-style model trained from
 scratch by a supervised warm-up on the task's solutions (cached by its settings,
-``workbench.rlvr.warmup``) and loaded back with ``from_pretrained``; ``model`` may instead name
+``warmup``) and loaded back with ``from_pretrained``; ``model`` may instead name
 any local Hugging Face model directory (e.g. a Qwen2.5-0.5B on disk) for GPU runs.
 """
 
@@ -18,18 +18,18 @@ import torch
 from pydantic import Field, model_validator
 from transformers.utils import logging as transformers_logging
 
-from workbench.rlvr.backends import make_backend
-from workbench.rlvr.loop import RLSettings, train
-from workbench.rlvr.model import ModelConfig, load_policy
-from workbench.rlvr.problems import Difficulty, splits
-from workbench.rlvr.warmup import (
+from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.rlvr.backends import make_backend
+from workbench.testbeds.rlvr.loop import RLSettings, train
+from workbench.testbeds.rlvr.model import ModelConfig, load_policy
+from workbench.testbeds.rlvr.problems import Difficulty, splits
+from workbench.testbeds.rlvr.warmup import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LR,
     DEFAULT_MAX_STEPS,
     DEFAULT_TARGET,
     warm_up,
 )
-from workbench.tasks.base import Task, TaskParams, cpu_threads
 
 
 class RLVRParams(TaskParams):

@@ -8,7 +8,7 @@ A = G - V(s), R = G; with ``baseline="none"`` the value head is still fitted but
 the entropy slot, and the step from the step-size slot (gradients clipped to
 ``max_grad_norm`` in the closure). The entropy method's ``loss_mask``, ``loss_weight`` and
 ``extra_loss`` apply as in PPO; clip bounds have no meaning here and are ignored.
-``train/approx_kl`` (``workbench.rl.losses.approx_kl``) is measured after the step, so
+``train/approx_kl`` (``workbench.testbeds.shared.losses.approx_kl``) is measured after the step, so
 ``observe`` sees how far the step moved.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 import torch
 
 from workbench.families import adjust_policy_loss, step_size_taken
-from workbench.rl.losses import approx_kl
-from workbench.rl.policy import ActorCritic
-from workbench.rl.ppo import PPOSettings, _grad_norm, standardise
-from workbench.rl.rollout import Rollout
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.ppo import PPOSettings, _grad_norm, standardise
+from workbench.testbeds.control.rollout import Rollout
+from workbench.testbeds.shared.losses import approx_kl
 
 
 def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,

@@ -1,8 +1,8 @@
 """Control testbeds: policy gradients (PPO or REINFORCE) on batched classic-control
-environments, with all four family slots (``workbench.rl.control_loop``).
+environments, with all four family slots (``workbench.testbeds.control.loop``).
 
 Tasks ``cartpole``, ``acrobot``, ``mountain-car`` and ``pendulum`` run the torch-batched
-environments of ``workbench.envs`` (CPU or CUDA); ``control`` takes any Gymnasium id in
+environments of ``envs`` (CPU or CUDA); ``control`` takes any Gymnasium id in
 ``env`` (the four above run batched, others through Gymnasium's vector API on the CPU).
 The defaults are CleanRL's PPO settings for CartPole except N = 8 environments (CleanRL: 4),
 which halves the wall time per sample at equal sample efficiency on this testbed.
@@ -15,12 +15,12 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from workbench.envs import make
 from workbench.families import REQUIRABLE
-from workbench.rl.control_loop import LoopSettings, train
-from workbench.rl.policy import ActorCritic
-from workbench.rl.ppo import PPOSettings
-from workbench.tasks.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.control.envs import make
+from workbench.testbeds.control.loop import LoopSettings, train
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.ppo import PPOSettings
 
 # the advantage slot's inputs this loop gives (all of REQUIRABLE["advantage"] but the
 # group ones)
