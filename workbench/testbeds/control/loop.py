@@ -17,10 +17,10 @@ import math
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+from pydantic import Field
 
 from workbench.families import BatchSlot
 from workbench.testbeds.control.envs import BatchedEnv
@@ -28,6 +28,7 @@ from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
 from workbench.testbeds.control.reinforce import reinforce_update
 from workbench.testbeds.control.rollout import collect, explained_variance
+from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 
 if TYPE_CHECKING:  # workbench.testbeds imports this module
@@ -36,13 +37,21 @@ if TYPE_CHECKING:  # workbench.testbeds imports this module
 RECENT_EPISODES = 100
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    algorithm: str  # "ppo" | "reinforce"
-    num_envs: int
-    rollout_len: int
-    batch_axis: str  # "rollout_len" | "num_envs"
-    ppo: PPOSettings
+class RolloutSettings(Settings):
+    """The loop's own knobs: the algorithm and the batch b = N * T it collects."""
+
+    algorithm: Literal["ppo", "reinforce"] = "ppo"
+    num_envs: int = Field(8, ge=1, le=4_194_304)
+    rollout_len: int = Field(128, ge=1, le=100_000, description="T: steps per environment "
+                                                                "per update")
+    batch_axis: Literal["rollout_len", "num_envs"] = Field(
+        "rollout_len", description="what the batch_size slot changes")
+
+
+class LoopSettings(RolloutSettings):
+    """Everything the loop reads: its own knobs and the update's, nested in ``ppo``."""
+
+    ppo: PPOSettings = Field(default_factory=PPOSettings)
 
 
 def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],

@@ -27,25 +27,28 @@ Metrics per update: their definitions are in ``workbench.metrics``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from pydantic import Field
 
 from workbench.families import adjust_policy_loss, step_size_taken
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.rollout import Rollout
+from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
 
-@dataclass(frozen=True)
-class PPOSettings:
-    epochs: int = 4
-    minibatches: int = 4
-    clip: float = 0.2
+class PPOSettings(Settings):
+    """The update's knobs (CleanRL's defaults for CartPole)."""
+
+    epochs: int = Field(4, ge=1, le=1000)
+    minibatches: int = Field(4, ge=1, le=100_000)
+    clip: float = Field(0.2, gt=0.0, le=10.0)
     clip_value: bool = True
-    value_coef: float = 0.5
-    max_grad_norm: float | None = 0.5
-    advantage_norm: str = "minibatch"  # "batch" | "minibatch" | "none"
+    value_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    advantage_norm: Literal["batch", "minibatch", "none"] = "minibatch"
 
 
 def standardise(x: torch.Tensor) -> torch.Tensor:

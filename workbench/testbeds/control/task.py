@@ -18,7 +18,7 @@ from pydantic import Field
 from workbench.families import REQUIRABLE
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 from workbench.testbeds.control.envs import make
-from workbench.testbeds.control.loop import LoopSettings, train
+from workbench.testbeds.control.loop import LoopSettings, RolloutSettings, train
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings
 
@@ -27,21 +27,10 @@ from workbench.testbeds.control.ppo import PPOSettings
 ADVANTAGE_INPUTS = REQUIRABLE["advantage"] - {"group_ids", "reward_baselines"}
 
 
-class ControlParams(TaskParams):
+class ControlParams(TaskParams, RolloutSettings, PPOSettings):
+    """Flat keys: the loop's knobs (``RolloutSettings``, ``PPOSettings``) and the task's own."""
+
     env: str = Field("CartPole-v1", description="Gymnasium environment id")
-    algorithm: Literal["ppo", "reinforce"] = "ppo"
-    num_envs: int = Field(8, ge=1, le=4_194_304)
-    rollout_len: int = Field(128, ge=1, le=100_000, description="T: steps per environment "
-                                                                "per update")
-    batch_axis: Literal["rollout_len", "num_envs"] = Field(
-        "rollout_len", description="what the batch_size slot changes")
-    epochs: int = Field(4, ge=1, le=1000)
-    minibatches: int = Field(4, ge=1, le=100_000)
-    clip: float = Field(0.2, gt=0.0, le=10.0)
-    clip_value: bool = True
-    value_coef: float = Field(0.5, ge=0.0)
-    max_grad_norm: float | None = Field(0.5, gt=0.0)
-    advantage_norm: Literal["batch", "minibatch", "none"] = "minibatch"
     hidden: int = Field(64, ge=1, le=4096)
     layers: int = Field(2, ge=1, le=8)
     backend: Literal["torch", "gymnasium"] = Field(
@@ -87,10 +76,7 @@ class Control(Task):
                                 act_dim=None if env.discrete else env.act_dim,
                                 hidden=params.hidden, layers=params.layers)
         agent = agent.to(device=device, dtype=dtype)
-        settings = LoopSettings(
-            params.algorithm, params.num_envs, params.rollout_len, params.batch_axis,
-            PPOSettings(params.epochs, params.minibatches, params.clip, params.clip_value,
-                        params.value_coef, params.max_grad_norm, params.advantage_norm))
+        settings = LoopSettings.from_flat(params)
         return train(env, agent, methods, settings, budget=budget, seed=seed, log=log)
 
 

@@ -32,7 +32,10 @@ from workbench.testbeds.rlvr.warmup import (
 )
 
 
-class RLVRParams(TaskParams):
+class RLVRParams(TaskParams, RLSettings):
+    """Flat keys: the loop's knobs (``RLSettings``) and the task's own: the problems, the
+    model and its warm-up, the rollout backend."""
+
     kind: Literal["add", "sub", "mul"] = "add"
     digits_min: int = Field(2, ge=1, le=12)
     digits_max: int = Field(3, ge=1, le=12)
@@ -54,30 +57,9 @@ class RLVRParams(TaskParams):
     warmup_batch: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     warmup_lr: float = Field(DEFAULT_LR, gt=0)
     backend: Literal["hf", "vllm"] = "hf"
-    prompts: int = Field(16, ge=1, description="P: prompts per step")
-    group_size: int = Field(8, ge=1, description="G: completions per prompt")
-    batch_axis: Literal["prompts", "group_size"] = Field(
-        "prompts", description="what the batch_size slot changes")
+    # the task's reading of the loop's knob: None derives it from the training solutions
     max_new_tokens: int | None = Field(None, ge=1, description="None: the longest training "
                                                                "solution + 2")
-    temperature: float = Field(1.0, gt=0)
-    epochs: int = Field(1, ge=1)
-    minibatches: int = Field(1, ge=1)
-    clip: float = Field(0.2, gt=0)
-    dual_clip: float | None = Field(None, gt=1)
-    ratio_level: Literal["token", "sequence"] = "token"
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                      "seq-mean-token-sum-norm"] = "token-mean"
-    kl_coef: float = Field(0.0, ge=0)
-    kl_kind: Literal["k1", "k2", "k3"] = "k3"
-    value_coef: float = Field(0.5, ge=0)
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    format_reward: float = Field(0.0, ge=0, le=1)
-    dynamic_sampling: bool = False
-    max_refills: int = Field(4, ge=0)
-    eval_every: int = Field(10, ge=1)
-    eval_k: int = Field(8, ge=1)
-    eval_k_prompts: int = Field(64, ge=1)
     cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU")
 
     def difficulty(self) -> Difficulty:
@@ -161,17 +143,8 @@ class RLVRArith(Task):
             torch.nn.init.zeros_(value_head.bias)
         longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
                       for p in train_set)
-        settings = RLSettings(
-            prompts=params.prompts, group_size=params.group_size, batch_axis=params.batch_axis,
-            max_new_tokens=params.max_new_tokens or longest + 2,
-            temperature=params.temperature, epochs=params.epochs,
-            minibatches=params.minibatches, clip=params.clip, dual_clip=params.dual_clip,
-            ratio_level=params.ratio_level, loss_agg=params.loss_agg, kl_coef=params.kl_coef,
-            kl_kind=params.kl_kind, value_coef=params.value_coef,
-            max_grad_norm=params.max_grad_norm, format_reward=params.format_reward,
-            dynamic_sampling=params.dynamic_sampling, max_refills=params.max_refills,
-            eval_every=params.eval_every, eval_k=params.eval_k,
-            eval_k_prompts=params.eval_k_prompts)
+        settings = RLSettings.from_flat(
+            params, max_new_tokens=params.max_new_tokens or longest + 2)
         backend = make_backend(params.backend, policy, tokenizer, path, device)
         try:
             return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
