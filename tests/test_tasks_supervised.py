@@ -8,7 +8,8 @@ import torch
 from pydantic import ValidationError
 
 from workbench import registry
-from workbench.testbeds import TASKS, Budget, datasets
+from workbench.testbeds import TASKS, Budget
+from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
 from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
 from workbench.testbeds.optimisation.logreg import LogReg, LogRegParams, make_data
