@@ -9,7 +9,7 @@ return of 475.
    N = 4 environments, 128 steps per update, 4 epochs of 4 minibatches, and the same
    actor-critic network (two tanh layers of 64). It logs nothing to disk (CleanRL writes
    TensorBoard scalars), so it is, if anything, faster than CleanRL's own script.
-2. Ours: the ``cartpole`` task's loop (``workbench.rl.control_loop``) with N = 1,024
+2. Ours: the ``cartpole`` task's loop (``workbench.testbeds.control.loop``) with N = 1,024
    environments, 32 steps per update, 4 epochs of 4 minibatches, the same network.
    Target: >= 20x the baseline's environment steps per second.
 3. Learning: the ``cartpole`` task with its defaults (PPO, GAE, constant entropy bonus 0.01,
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from workbench import registry
-from workbench.rl.policy import ActorCritic
-from workbench.tasks import Budget, get_task
+from workbench.testbeds import Budget, get_task
+from workbench.testbeds.control.policy import ActorCritic
 
 
 def cleanrl_style_steps_per_second(total_steps: int, seed: int = 0) -> float:

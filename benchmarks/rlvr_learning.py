@@ -18,7 +18,7 @@ import time
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget, get_task
+from workbench.testbeds import Budget, get_task
 
 STEP_SIZE = {"lr": 5e-5, "shape": "constant", "decoupled": True}
 SETTINGS = {"prompts": 32, "dynamic_sampling": True}

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import torch
 
-from workbench.rlvr.backends import Rollouts, make_backend
-from workbench.rlvr.model import ModelConfig, build_model, load_policy, sequence_log_probs
-from workbench.rlvr.problems import Difficulty, generate
-from workbench.rlvr.tokenizer import build_char_tokenizer
+from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.rlvr.model import ModelConfig, build_model, load_policy, sequence_log_probs
+from workbench.testbeds.rlvr.problems import Difficulty, generate
+from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 
 DIFFICULTY = Difficulty(digits_min=2, digits_max=3)
 

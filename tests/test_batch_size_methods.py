@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.gradient_descent import Problem, per_sample_stats
-from workbench.tasks.logreg import LogReg
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.logreg import LogReg
+from workbench.testbeds.optimisation.loop import Problem, per_sample_stats
 
 
 def method(name, **params):

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.envs import make
-from workbench.rl.policy import ActorCritic
-from workbench.rl.rollout import collect
-from workbench.tasks import Budget, get_task
+from workbench.testbeds import Budget, get_task
+from workbench.testbeds.control.envs import make
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.rollout import collect
 
 
 def method(family: str, name: str, **params):

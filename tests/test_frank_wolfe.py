@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.simplex import Simplex, SimplexParams, make_problem
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.simplex import Simplex, SimplexParams, make_problem
 
 CPU = torch.device("cpu")
 SMALL = {"dim": 20, "n_samples": 100}

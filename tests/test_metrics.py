@@ -7,7 +7,7 @@ import torch
 
 from tests.conftest import ROOT
 from workbench import metrics, registry
-from workbench.tasks import TASKS, Budget
+from workbench.testbeds import TASKS, Budget
 
 TINY_RLVR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 30,
              "warmup_batch": 16, "n_train": 200, "n_eval": 16, "eval_k_prompts": 4,

@@ -1,5 +1,5 @@
-"""workbench.rl.losses against hand-computed numbers and re-derivations of verl's agg_loss,
-compute_policy_loss_vanilla, compute_policy_loss_gspo and kl_penalty
+"""workbench.testbeds.shared.losses against hand-computed numbers and re-derivations of verl's
+agg_loss, compute_policy_loss_vanilla, compute_policy_loss_gspo and kl_penalty
 (``verl/trainer/ppo/core_algos.py``), written below in plain Python floats."""
 
 import math
@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from workbench.rl.losses import AGGREGATIONS, aggregate, approx_kl, kl_penalty, ppo_clip_loss
+from workbench.testbeds.shared.losses import (
+    AGGREGATIONS,
+    aggregate,
+    approx_kl,
+    kl_penalty,
+    ppo_clip_loss,
+)
 
 LOSS = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]
 MASK = [[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # the third row is fully masked

@@ -1,4 +1,5 @@
-"""The rollout backend contract (workbench.rlvr.backends), the same tests for every backend.
+"""The rollout backend contract (workbench.testbeds.rlvr.backends), the same tests for every
+backend.
 
 The policy is a tiny freshly initialised Llama over the character tokenizer, saved with
 ``save_pretrained`` and loaded with ``load_policy``. Such a model with tied embeddings echoes
@@ -21,10 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.rlvr.backends import VLLM_MISSING, HFBackend, Rollouts, make_backend
-from workbench.rlvr.model import ModelConfig, build_model, load_policy
-from workbench.rlvr.problems import generate as generate_problems
-from workbench.rlvr.tokenizer import build_char_tokenizer
+from workbench.testbeds.rlvr.backends import VLLM_MISSING, HFBackend, Rollouts, make_backend
+from workbench.testbeds.rlvr.model import ModelConfig, build_model, load_policy
+from workbench.testbeds.rlvr.problems import generate as generate_problems
+from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 HAS_CUDA = torch.cuda.is_available()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.rl.losses import ppo_clip_loss
+from workbench.testbeds.shared.losses import ppo_clip_loss
 
 F64 = torch.float64
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.rlvr import warmup
-from workbench.rlvr.backends import Rollouts, make_backend
-from workbench.rlvr.loop import RLSettings, build_batch, response_log_probs, sample_batch
-from workbench.rlvr.model import ModelConfig, build_model, sequence_log_probs
-from workbench.rlvr.problems import generate
-from workbench.rlvr.tokenizer import build_char_tokenizer
-from workbench.tasks import Budget, get_task
+from workbench.testbeds import Budget, get_task
+from workbench.testbeds.rlvr import warmup
+from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.rlvr.loop import RLSettings, build_batch, response_log_probs, sample_batch
+from workbench.testbeds.rlvr.model import ModelConfig, build_model, sequence_log_probs
+from workbench.testbeds.rlvr.problems import generate
+from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 
 TINY = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 30,
         "warmup_batch": 16, "n_train": 200, "n_eval": 16, "eval_k_prompts": 4, "eval_k": 2,

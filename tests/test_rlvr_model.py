@@ -16,16 +16,16 @@ from transformers import (
     Qwen2Config,
 )
 
-from workbench.rlvr import warmup
-from workbench.rlvr.model import (
+from workbench.testbeds.rlvr import warmup
+from workbench.testbeds.rlvr.model import (
     ModelConfig,
     build_model,
     generate_completions,
     load_policy,
     sequence_log_probs,
 )
-from workbench.rlvr.problems import ALPHABET, Difficulty, generate, splits
-from workbench.rlvr.tokenizer import build_char_tokenizer
+from workbench.testbeds.rlvr.problems import ALPHABET, Difficulty, generate, splits
+from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 
 TINY = ModelConfig(hidden=32, layers=2, heads=2, intermediate=64, max_positions=64, seed=3)
 

@@ -1,7 +1,8 @@
-"""Generated RLVR problems and their checker (workbench.rlvr): every generated solution verifies,
-the answer matches values computed here from the prompt alone, the checker accepts exactly the
-right answers (countdown expressions are compared with an evaluator built on Python's ``ast``)
-and rejects malformed output; generation is seeded, splits are disjoint, difficulty holds."""
+"""Generated RLVR problems and their checker (workbench.testbeds.rlvr): every generated solution
+verifies, the answer matches values computed here from the prompt alone, the checker accepts
+exactly the right answers (countdown expressions are compared with an evaluator built on
+Python's ``ast``) and rejects malformed output; generation is seeded, splits are disjoint,
+difficulty holds."""
 
 import ast
 import operator
@@ -13,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench.rlvr.checker import MAX_EXPRESSION_CHARS, extract_answer, is_correct, reward
-from workbench.rlvr.problems import ALPHABET, KINDS, Difficulty, Problem, generate, splits
+from workbench.testbeds.rlvr.checker import MAX_EXPRESSION_CHARS, extract_answer, is_correct, reward
+from workbench.testbeds.rlvr.problems import ALPHABET, KINDS, Difficulty, Problem, generate, splits
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ARITHMETIC = re.compile(r"(\d+)([-+*])(\d+)=")

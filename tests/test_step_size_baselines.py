@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.logreg import LogReg
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.logreg import LogReg
 
 S = torch.optim.lr_scheduler
 

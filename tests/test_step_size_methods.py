@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.quadratic import QuadraticParams, make_problem
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.quadratic import QuadraticParams, make_problem
 
 
 def quadratic_closure(dim=10, kappa=50.0, seed=0):
@@ -109,7 +109,7 @@ def test_armijo_state_survives_state_dict():
 def test_every_method_runs_on_every_task_it_fits():
     """Every step-size method on every optimisation testbed it fits, and on CartPole's
     policy-gradient loop (PPO, the other slots at the task's defaults)."""
-    from workbench.tasks import TASKS
+    from workbench.testbeds import TASKS
 
     small_rl = {"num_envs": 4, "rollout_len": 16}
     for task_cls in TASKS.values():

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.logreg import LogReg
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.logreg import LogReg
 
 STEPS = 40
 TOL = {"rtol": 1e-10, "atol": 1e-12}

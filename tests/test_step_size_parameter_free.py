@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.logreg import LogReg
-from workbench.tasks.quadratic import QuadraticParams, make_problem
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.logreg import LogReg
+from workbench.testbeds.optimisation.quadratic import QuadraticParams, make_problem
 
 STEPS = 40
 

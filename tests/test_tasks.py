@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from workbench import registry
-from workbench.tasks import Budget
-from workbench.tasks.logreg import LogReg, LogRegParams, make_data
-from workbench.tasks.quadratic import Quadratic, QuadraticParams, make_problem
+from workbench.testbeds import Budget
+from workbench.testbeds.optimisation.logreg import LogReg, LogRegParams, make_data
+from workbench.testbeds.optimisation.quadratic import Quadratic, QuadraticParams, make_problem
 
 CPU = torch.device("cpu")
 
@@ -84,7 +84,7 @@ def test_a_diverging_run_stops_and_says_so():
 
 
 def test_the_lazy_registry_names_each_task_by_its_own_name():
-    from workbench.tasks import TASKS
+    from workbench.testbeds import TASKS
 
     assert {name: cls.name for name, cls in TASKS.items()} == {name: name for name in TASKS}
 
@@ -97,7 +97,7 @@ def test_a_logreg_spec_never_imports_the_rlvr_testbed(tmp_path):
     spec.write_text("task: {name: logreg}\nmethods: {step_size: [constant]}\n")
     code = ("import sys; from workbench import spec; spec.load(sys.argv[1]); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers' "
-            "or m.startswith('workbench.tasks.rlvr')))")
+            "or m.startswith('workbench.testbeds.rlvr.task')))")
     out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -105,7 +105,7 @@ def test_a_logreg_spec_never_imports_the_rlvr_testbed(tmp_path):
 
 def test_every_name_a_task_provides_is_one_a_method_may_require():
     from workbench.families import REQUIRABLE
-    from workbench.tasks import TASKS
+    from workbench.testbeds import TASKS
 
     for name, task in TASKS.items():
         assert task.provides <= REQUIRABLE, (name, sorted(task.provides - REQUIRABLE))

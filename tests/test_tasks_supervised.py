@@ -8,15 +8,16 @@ import torch
 from pydantic import ValidationError
 
 from workbench import registry
-from workbench.tasks import TASKS, Budget, datasets
-from workbench.tasks.gradient_descent import per_sample_stats
-from workbench.tasks.least_squares import LeastSquaresParams
-from workbench.tasks.least_squares import make_problem as make_least_squares
-from workbench.tasks.logreg import LogReg, LogRegParams, make_data
-from workbench.tasks.mlp import MLP, MLPParams
-from workbench.tasks.mlp import build_problem as build_mlp
-from workbench.tasks.simplex import Simplex, SimplexParams, l1_ball_lmo, simplex_lmo
-from workbench.tasks.simplex import build_problem as build_simplex
+from workbench.testbeds import TASKS, Budget
+from workbench.testbeds.optimisation import datasets
+from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
+from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
+from workbench.testbeds.optimisation.logreg import LogReg, LogRegParams, make_data
+from workbench.testbeds.optimisation.loop import per_sample_stats
+from workbench.testbeds.optimisation.mlp import MLP, MLPParams
+from workbench.testbeds.optimisation.mlp import build_problem as build_mlp
+from workbench.testbeds.optimisation.simplex import Simplex, SimplexParams, l1_ball_lmo, simplex_lmo
+from workbench.testbeds.optimisation.simplex import build_problem as build_simplex
 
 CPU = torch.device("cpu")
 
@@ -153,7 +154,7 @@ def test_least_squares_f_star_is_exact_and_the_condition_number_is_as_set():
 
 
 def test_least_squares_converges_full_batch_and_runs_minibatches():
-    from workbench.tasks.least_squares import LeastSquares
+    from workbench.testbeds.optimisation.least_squares import LeastSquares
 
     params = LeastSquaresParams(n_samples=100, dim=10, condition_number=10.0)
     out, _ = run(LeastSquares, params, constant(1.0), steps=300)

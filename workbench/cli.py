@@ -104,7 +104,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    from workbench.tasks import TASKS
+    from workbench.testbeds import TASKS
 
     rows = [{"name": t.name, "slots": ",".join(t.slots), "provides": ",".join(sorted(t.provides)),
              "metrics": ",".join(t.metrics), "params": ",".join(t.Params.model_fields),
@@ -212,7 +212,7 @@ def cmd_run(args) -> int:
     import torch
 
     from workbench import engine, registry, spec
-    from workbench.tasks import Budget, get_task
+    from workbench.testbeds import Budget, get_task
 
     source = "workbench run"
     try:

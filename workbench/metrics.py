@@ -25,8 +25,8 @@ class Metric:
     computed_by: str = ""  # the one function that computes it, where the loops share one
 
 
-_KL = "workbench.rl.losses.approx_kl"
-_CLIP = "workbench.rl.losses.clip_fractions"
+_KL = "workbench.testbeds.shared.losses.approx_kl"
+_CLIP = "workbench.testbeds.shared.losses.clip_fractions"
 
 VOCABULARY: dict[str, Metric] = {
     # -- what the run paid: the fair-comparison axes
@@ -112,14 +112,14 @@ VOCABULARY: dict[str, Metric] = {
                               "fraction", _CLIP),
     "train/dual_clip_frac": Metric("fraction of tokens where the dual clip binds (A < 0, "
                                    "-A r above -A c)", "fraction",
-                                   "workbench.rl.losses.ppo_clip_loss"),
+                                   "workbench.testbeds.shared.losses.ppo_clip_loss"),
     "train/ratio_mean": Metric("mean importance ratio pi / pi_old over the tokens", "ratio",
-                               "workbench.rl.losses.ppo_clip_loss"),
+                               "workbench.testbeds.shared.losses.ppo_clip_loss"),
     "train/explained_variance": Metric("1 - Var[R - V] / Var[R] of the value head on the "
                                        "rollout", "fraction"),
     "train/kl_ref": Metric("KL(pi || pi_ref) to the starting checkpoint, estimator kl_kind, "
                            "aggregated as the policy loss", "nats",
-                           "workbench.rl.losses.kl_penalty"),
+                           "workbench.testbeds.shared.losses.kl_penalty"),
     "train/reward": Metric("mean reward of the step's completions", "reward"),
     "train/response_length": Metric("mean response length of the step's completions",
                                     "tokens"),

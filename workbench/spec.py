@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from workbench import registry, yamlsafe
 from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
-from workbench.tasks import Budget, Task, get_task
+from workbench.testbeds import Budget, Task, get_task
 from workbench.validation import SpecError, Strict, shorten, spec_error
 
 

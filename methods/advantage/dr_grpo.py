@@ -5,9 +5,9 @@
 for row i of group g with score s_i (its rewards summed over valid tokens), broadcast to the
 row's valid tokens (0 at padding); returns = advantages. Liu et al. remove both of GRPO's
 normalisations: the std here, and the per-sequence length in the loss, which is an aggregation
-choice of the policy loss (``workbench.rl.losses.aggregate`` mode ``seq-mean-token-sum-norm``:
-token sums over a constant, verl's Dr. GRPO recipe; TRL's ``loss_type="dr_grpo"`` also divides
-by the batch size).
+choice of the policy loss (``workbench.testbeds.shared.losses.aggregate`` mode
+``seq-mean-token-sum-norm``: token sums over a constant, verl's Dr. GRPO recipe; TRL's
+``loss_type="dr_grpo"`` also divides by the batch size).
 
 ``singleton`` (a group of one row): ``score`` (verl: mean 0, so A = s) or ``zero`` (OpenRLHF's
 ``dr_grpo`` and TRL: the mean is the score itself, A = 0). Equals ``grpo`` with

@@ -5,7 +5,8 @@
 for row i of group g with score s_i (rewards summed over valid tokens), broadcast to the
 row's valid tokens (0 at padding); returns = advantages. A group of one row has mean 0 (verl).
 GPG pairs it with a plain policy-gradient loss, -A log pi (verl's ``loss_mode: gpg``), which
-has the gradient of ``workbench.rl.losses.ppo_clip_loss`` at ratio 1 (one epoch on-policy).
+has the gradient of ``workbench.testbeds.shared.losses.ppo_clip_loss`` at ratio 1 (one epoch
+on-policy).
 
 ``alpha`` rescales the batch for the rows that carry no gradient:
 

@@ -4,7 +4,8 @@ Over the n valid tokens of the batch, the k = max(1, int(rho * n + 0.9999)) toke
 to a 1e-4 tolerance against rounding noise, as the reference writes it) with the largest
 per-token entropy H_t (ties: the earlier token in row-major order) get ``loss_mask`` 1, all
 others 0: only they contribute to the policy-gradient term. The reference aggregates the
-policy loss over mask * loss_mask (the token-mean divides by k), as workbench.rl.ppo does.
+policy loss over mask * loss_mask (the token-mean divides by k), as
+workbench.testbeds.control.ppo does.
 ``coefficient`` is 0 (no entropy bonus).
 
 Reference: Wang et al., "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective

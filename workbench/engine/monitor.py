@@ -3,7 +3,7 @@
 It records the step's metrics to the sink, tracks the objective, and may stop the run by
 raising ``StopRun``: ``diverged`` when the objective metric passes the spec's ``diverge_past``
 bound (or ends not finite), ``pruned`` when Optuna's pruner says so at a report point. A task
-lets the exception propagate (the task contract, ``workbench.tasks.base.Task.run``); the trial
+lets the exception propagate (the task contract, ``workbench.testbeds.base.Task.run``); the trial
 runner catches it and marks the seed run and the trial pruned with the reason.
 """
 

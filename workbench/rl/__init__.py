@@ -1,1 +1,0 @@
-"""Policy-gradient building blocks shared by the RL tasks: policies, rollouts, losses, loops."""

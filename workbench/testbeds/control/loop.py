@@ -1,0 +1,145 @@
+"""The training loop of the control testbed: rollouts from batched environments, advantages,
+entropy coefficient and policy updates (PPO or REINFORCE), one update per logged step.
+
+Slots: ``advantage`` (computes A and R from the rollout), ``entropy`` (coefficient and loss
+hook), ``step_size`` (the optimizer over the actor-critic's parameters; ``observe`` gets the
+KL and the return), ``batch_size`` (samples per update, b = N * T: the loop changes T, the
+rollout length, or N, the number of environments, as ``batch_axis`` says, holding the other
+fixed; b is rounded to a multiple of the fixed one).
+
+Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
+``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import Field
+
+from workbench.families import BatchSlot, EntropySlot
+from workbench.testbeds.control.envs import BatchedEnv
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.ppo import PPOSettings, ppo_update
+from workbench.testbeds.control.reinforce import reinforce_update
+from workbench.testbeds.control.rollout import collect, explained_variance
+from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.batch_shape import reshape_batch
+
+if TYPE_CHECKING:  # workbench.testbeds imports this module
+    from workbench.budget import Budget, LogFn
+
+RECENT_EPISODES = 100
+
+
+class RolloutSettings(Settings):
+    """The loop's own knobs: the algorithm and the batch b = N * T it collects."""
+
+    algorithm: Literal["ppo", "reinforce"] = "ppo"
+    num_envs: int = Field(8, ge=1, le=4_194_304)
+    rollout_len: int = Field(128, ge=1, le=100_000, description="T: steps per environment "
+                                                                "per update")
+    batch_axis: Literal["rollout_len", "num_envs"] = Field(
+        "rollout_len", description="what the batch_size slot changes")
+
+
+class LoopSettings(RolloutSettings):
+    """Everything the loop reads: its own knobs and the update's, nested in ``ppo``."""
+
+    ppo: PPOSettings = Field(default_factory=PPOSettings)
+
+
+def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
+          settings: LoopSettings, *, budget: Budget, seed: int, log: LogFn) -> dict[str, Any]:
+    device = env.device
+    num_envs, horizon = settings.num_envs, settings.rollout_len
+    total_updates = budget.planned_steps(num_envs * horizon)
+    ppo = settings.ppo
+    per_update = ppo.epochs * ppo.minibatches if settings.algorithm == "ppo" else 1
+    optimizer = methods["step_size"].build(list(agent.parameters()), {
+        "total_steps": total_updates * per_update, "batches_per_epoch": per_update,
+        "return_upper_bound": env.return_upper_bound})
+    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_updates)
+    advantage_method = methods["advantage"]
+    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
+    wanted = batch_slot.start(num_envs * horizon)
+    if wanted is not None:
+        num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
+    advantage_inputs = advantage_method.requirements(advantage_method.params)
+    generator = torch.Generator().manual_seed(seed + 2)
+
+    if num_envs != env.num_envs:
+        env.resize(num_envs)
+    obs = env.reset(seed=seed)
+    env_steps, seconds, diverged = 0, 0.0, False
+    recent: deque[float] = deque(maxlen=RECENT_EPISODES)
+    latest_return = math.nan
+    update = 0
+    metrics: dict[str, float] = {}
+    while update < budget.steps:
+        started = time.perf_counter()
+        # 1. rollout
+        if num_envs != env.num_envs:
+            obs = env.resize(num_envs)
+        rollout, obs = collect(env, agent, obs, horizon)
+        env_steps += rollout.size
+        episodes = rollout.episode_stats()
+        if episodes:
+            latest_return = episodes["train/return"]
+            recent.extend(rollout.episode_returns.tolist())
+        # 2. advantages, from the rollout in the method's (rows = environments, T) layout
+        inputs = {k: v for k, v in rollout.as_advantage_inputs().items() if k in advantage_inputs}
+        advantages, returns = (t.T for t in advantage_method.compute(**inputs))
+        # 3. entropy coefficient
+        rollout_entropy = float(rollout.entropy.mean())
+        entropy_coef = entropy_slot.coefficient(update, rollout_entropy)
+        # 4. policy update
+        if settings.algorithm == "ppo":
+            stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
+                               entropy_slot, ppo, update, latest_return, generator)
+        else:
+            stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
+                                     entropy_coef, entropy_slot, ppo, update, latest_return)
+        seconds += time.perf_counter() - started
+        update += 1
+
+        metrics = {
+            **episodes, **stats,
+            "train/rollout_entropy": rollout_entropy,
+            "train/explained_variance": explained_variance(rollout.values.flatten(),
+                                                           returns.flatten()),
+            "adv/mean": float(advantages.mean()), "adv/std": float(advantages.std()),
+            "method/entropy_coef": entropy_coef,
+            "batch/size": float(rollout.size), "batch/num_envs": float(num_envs),
+            "batch/rollout_len": float(horizon),
+            "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
+            "cost/updates": float(update), "time/wall_seconds": seconds,
+            "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
+        }
+        if recent:
+            metrics["train/return_recent"] = sum(recent) / len(recent)
+        log(update, metrics)
+        if not math.isfinite(stats.get("train/policy_loss", 0.0)) or not math.isfinite(
+                stats.get("train/value_loss", 0.0)):
+            diverged = True
+            break
+        if budget.spent(env_steps, seconds):
+            break
+        wanted = batch_slot.after_step(
+            update, loss=stats.get("train/policy_loss", math.nan),
+            grad_sq=stats.get("train/grad_norm", math.nan) ** 2, batch_size=rollout.size,
+            samples=env_steps)
+        if wanted is not None:
+            num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
+    return {**metrics, "steps": update, "diverged": diverged,
+            "env_steps": env_steps, "device": str(device)}
+
+
+def _reshape(samples: int, num_envs: int, horizon: int, axis: str) -> tuple[int, int]:
+    """(N, T) with N * T close to ``samples``, changing only ``axis``."""
+    return reshape_batch(samples, num_envs, horizon, "rows" if axis == "num_envs" else "columns")

@@ -1,0 +1,153 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, "Proximal policy optimization
+algorithms"), following the layout of CleanRL's ``ppo.py`` (Huang et al. 2022, "The 37
+implementation details of PPO"), with the four family slots plugged in.
+
+Per update u:
+
+1. rollout: T steps of N environments with the current policy (``rollout``);
+2. advantages: ``A, R = advantage.compute(rewards, values, dones, terminated, next_values)``;
+   optionally standardised over the batch (``advantage_norm="batch"``) or per minibatch;
+3. entropy coefficient: ``c = entropy.coefficient(u, mean entropy of the rollout)``;
+4. ``epochs`` passes over the batch in ``minibatches`` shuffled minibatches; each minibatch
+   minimises, with ratio rho = exp(log pi(a|s) - log pi_old(a|s)),
+
+       L = mean(max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)))
+           + value_coef * L_V - c * mean(H) (+ the entropy method's extra loss)
+
+   The first term is ``shared.losses.ppo_clip_loss`` (the RLVR loop's loss, on rows
+   of one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
+   L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
+   ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
+   method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
+   closure, then ``optimizer.step(closure)`` (the step-size slot) and ``observe_rl_stats``.
+
+Metrics per update: their definitions are in ``workbench.metrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from workbench.families import (
+    EntropySlot,
+    mean_over_steps,
+    minibatch_epochs,
+    observe_rl_stats,
+    step_size_taken,
+)
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.rollout import Rollout
+from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.losses import ppo_clip_loss
+
+
+class PPOSettings(Settings):
+    """The update's knobs (CleanRL's defaults for CartPole)."""
+
+    epochs: int = Field(4, ge=1, le=1000)
+    minibatches: int = Field(4, ge=1, le=100_000)
+    clip: float = Field(0.2, gt=0.0, le=10.0)
+    clip_value: bool = True
+    value_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    advantage_norm: Literal["batch", "minibatch", "none"] = "minibatch"
+
+
+def standardise(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + 1e-8)
+
+
+def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,
+               advantages: torch.Tensor, returns: torch.Tensor, entropy_coef: float,
+               entropy_slot: EntropySlot, settings: PPOSettings, update: int,
+               episodic_return: float, generator: torch.Generator) -> dict[str, float]:
+    """Several epochs of clipped policy-gradient steps on one rollout; the update's metrics.
+
+    ``advantages`` and ``returns`` are in the rollout's (T, N) layout.
+    """
+    obs = rollout.obs.flatten(0, 1)
+    actions = rollout.actions.flatten(0, 1)
+    old_log_probs = rollout.log_probs.flatten()
+    old_values = rollout.values.flatten()
+    adv = advantages.flatten()
+    ret = returns.flatten()
+    if settings.advantage_norm == "batch":
+        adv = standardise(adv)
+    per_step: list[dict[str, float]] = []
+    grad_norm = math.nan
+    for idx in minibatch_epochs(adv.numel(), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=generator,
+                                device=adv.device):
+        mb_adv = adv[idx]
+        if settings.advantage_norm == "minibatch" and idx.numel() > 1:
+            mb_adv = standardise(mb_adv)
+        stats: dict[str, float] = {}
+
+        def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
+            nonlocal grad_norm
+            with torch.set_grad_enabled(backward):
+                loss, parts = _minibatch_loss(
+                    agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
+                    mb_adv, ret[idx], entropy_coef, entropy_slot, settings)
+            if not backward:
+                return loss.detach()
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            norm = _grad_norm(agent, settings.max_grad_norm)
+            if not stats:  # the first evaluation at this minibatch's starting point
+                stats.update(parts)
+                grad_norm = norm
+            return loss.detach()
+
+        optimizer.step(closure)
+        stats["train/grad_norm"] = grad_norm
+        stats["method/step_size"] = step_size_taken(optimizer)
+        observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
+                         episodic_return=episodic_return, update=update)
+        per_step.append(stats)
+    return mean_over_steps(per_step)
+
+
+def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, entropy_coef,
+                    entropy_slot: EntropySlot, settings: PPOSettings):
+    log_probs, entropy = agent.evaluate(obs, actions)
+    row = (-1, 1)  # the loss and the hook see (B, T) tensors: one row per sample, T = 1
+    adjusted = entropy_slot.adjust_policy_loss(
+        log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
+        advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
+        entropy=entropy.view(row), clip=settings.clip)
+    pg_loss, pg_stats = ppo_clip_loss(
+        log_probs.view(row), old_log_probs.view(row), adv.view(row), adjusted.mask,
+        clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
+        agg="token-mean", weight=adjusted.weight)
+    values = agent.value(obs)
+    if settings.clip_value:
+        clipped = old_values + (values - old_values).clamp(-settings.clip, settings.clip)
+        value_loss = 0.5 * torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((values - ret) ** 2).mean()
+    entropy_mean = entropy.mean()
+    loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+            + adjusted.extra_loss)
+    with torch.no_grad():
+        parts = {
+            "train/policy_loss": float(pg_loss),
+            "train/value_loss": float(value_loss),
+            "train/entropy": float(entropy_mean),
+            **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
+                                                   "clip_frac_high", "clip_frac")},
+            **adjusted.metrics,
+        }
+    return loss, parts
+
+
+def _grad_norm(agent: ActorCritic, max_norm: float | None) -> float:
+    params = [p for p in agent.parameters() if p.grad is not None]
+    if max_norm is None:
+        return float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(p.grad) for p in params])))
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))

@@ -1,0 +1,79 @@
+"""REINFORCE with a learned value baseline (Williams 1992; Sutton & Barto 2018, section 13.4):
+one gradient step per rollout on
+
+    L = - mean(A * log pi(a|s)) + value_coef * 0.5 mean((V(s) - R)^2) - c * mean(H)
+
+where A and R come from the advantage slot (``reward_to_go`` with ``baseline="value"`` gives
+A = G - V(s), R = G; with ``baseline="none"`` the value head is still fitted but unused), c from
+the entropy slot, and the step from the step-size slot (gradients clipped to
+``max_grad_norm`` in the closure). The entropy method's ``loss_mask``, ``loss_weight`` and
+``extra_loss`` apply as in PPO; clip bounds have no meaning here and are ignored.
+``train/approx_kl`` (``workbench.testbeds.shared.losses.approx_kl``) is measured after the step, so
+``observe`` sees how far the step moved.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.families import EntropySlot, observe_rl_stats, step_size_taken
+from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.ppo import PPOSettings, _grad_norm, standardise
+from workbench.testbeds.control.rollout import Rollout
+from workbench.testbeds.shared.losses import approx_kl
+
+
+def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout,
+                     advantages: torch.Tensor, returns: torch.Tensor, entropy_coef: float,
+                     entropy_slot: EntropySlot, settings: PPOSettings, update: int,
+                     episodic_return: float) -> dict[str, float]:
+    """One policy-gradient step on the whole rollout; the update's metrics."""
+    obs = rollout.obs.flatten(0, 1)
+    actions = rollout.actions.flatten(0, 1)
+    old_log_probs = rollout.log_probs.flatten()
+    adv = advantages.flatten()
+    if settings.advantage_norm != "none":  # one batch: per batch and per minibatch coincide
+        adv = standardise(adv)
+    ret = returns.flatten()
+    stats: dict[str, float] = {}
+
+    def closure(backward: bool = True):
+        with torch.set_grad_enabled(backward):
+            log_probs, entropy = agent.evaluate(obs, actions)
+            row = (-1, 1)
+            adjusted = entropy_slot.adjust_policy_loss(
+                log_probs=log_probs.view(row),
+                old_log_probs=old_log_probs.view(row), advantages=adv.view(row),
+                mask=torch.ones_like(adv).view(row), entropy=entropy.view(row),
+                clip=settings.clip)
+            terms = -adv * log_probs
+            if adjusted.weight is not None:
+                terms = terms * adjusted.weight.flatten()
+            pg_mask = adjusted.mask.flatten()
+            pg_loss = (terms * pg_mask).sum() / pg_mask.sum().clamp_min(1.0)
+            value_loss = 0.5 * ((agent.value(obs) - ret) ** 2).mean()
+            entropy_mean = entropy.mean()
+            loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+                    + adjusted.extra_loss)
+        if not backward:
+            return loss.detach()
+        optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        norm = _grad_norm(agent, settings.max_grad_norm)
+        if not stats:
+            stats.update({
+                "train/policy_loss": float(pg_loss.detach()),
+                "train/value_loss": float(value_loss.detach()),
+                "train/entropy": float(entropy_mean.detach()), "train/grad_norm": norm,
+                **adjusted.metrics})
+        return loss.detach()
+
+    optimizer.step(closure)
+    with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
+        log_probs = agent.evaluate(obs, actions)[0]
+        stats["train/approx_kl"] = float(approx_kl(log_probs, old_log_probs,
+                                                   torch.ones_like(log_probs)))
+    stats["method/step_size"] = step_size_taken(optimizer)
+    observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
+                     episodic_return=episodic_return, update=update)
+    return stats

@@ -1,0 +1,113 @@
+"""Collect a rollout of T steps from N batched environments with the current policy.
+
+Stored per step t (tensors of shape (T, N, ...)): the observation o_t, the action a_t, its
+log-probability under the acting policy, the policy's entropy at o_t, V(o_t), the reward r_t,
+``dones`` (the episode ended at t: terminated or truncated), ``terminated`` and ``next_values``:
+V of the state actually reached after step t, which at a truncation is the value of the final
+observation (the environment has already reset), so advantage estimators bootstrap from it
+there and not from the reset state. ``last_value`` is V(o_T), the state after the rollout.
+
+``as_advantage_inputs`` hands these to an advantage method in its (B = N, T) layout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from workbench.testbeds.control.envs import BatchedEnv
+from workbench.testbeds.control.policy import ActorCritic
+
+
+@dataclass
+class Rollout:
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    terminated: torch.Tensor
+    next_values: torch.Tensor
+    last_value: torch.Tensor
+    episode_returns: torch.Tensor  # returns of the episodes that ended in this rollout
+    episode_lengths: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.rewards.numel()
+
+    def as_advantage_inputs(self) -> dict[str, torch.Tensor]:
+        """Advantage-method inputs, rows = environments: (N, T), values (N, T + 1)."""
+        values = torch.cat([self.values, self.last_value[None]], dim=0)
+        return {
+            "rewards": self.rewards.T,
+            "values": values.T,
+            "dones": self.dones.T,
+            "terminated": self.terminated.T,
+            "next_values": self.next_values.T,
+            "mask": torch.ones_like(self.rewards.T),
+        }
+
+    def episode_stats(self) -> dict[str, float]:
+        if self.episode_returns.numel() == 0:
+            return {}
+        return {"train/return": float(self.episode_returns.mean()),
+                "train/episode_length": float(self.episode_lengths.mean()),
+                "train/episodes": float(self.episode_returns.numel())}
+
+
+@torch.no_grad()
+def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor,
+            horizon: int) -> tuple[Rollout, torch.Tensor]:
+    """Run ``horizon`` steps from ``obs``; returns the rollout and the observation after it."""
+    n, dtype, device = env.num_envs, obs.dtype, obs.device
+    obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
+    act_buf = None
+    floats = {k: torch.empty((horizon, n), dtype=dtype, device=device)
+              for k in ("log_probs", "entropy", "values", "rewards", "next_values")}
+    dones = torch.empty((horizon, n), dtype=torch.bool, device=device)
+    terminated = torch.empty_like(dones)
+    ep_returns, ep_lengths, truncations = [], [], []
+    for t in range(horizon):
+        obs_buf[t] = obs
+        action, log_prob, entropy = agent.sample(obs)
+        if act_buf is None:
+            act_buf = torch.empty((horizon, *action.shape), dtype=action.dtype, device=device)
+        act_buf[t] = action
+        floats["log_probs"][t] = log_prob
+        floats["entropy"][t] = entropy
+        floats["values"][t] = agent.value(obs)
+        step = env.step(action)
+        floats["rewards"][t] = step.reward
+        torch.logical_or(step.terminated, step.truncated, out=dones[t])
+        terminated[t] = step.terminated
+        cut = step.truncated.nonzero().squeeze(-1)
+        if cut.numel():  # bootstrap from the final observation, not from the reset one
+            truncations.append((t, cut, agent.value(step.final_obs[cut])))
+        ended = dones[t].nonzero().squeeze(-1)
+        if ended.numel():
+            ep_returns.append(step.episode_return[ended])
+            ep_lengths.append(step.episode_length[ended])
+        obs = step.obs
+    last_value = agent.value(obs)
+    next_values = floats["next_values"]
+    next_values[:-1] = floats["values"][1:]
+    next_values[-1] = last_value
+    for t, cut, value in truncations:
+        next_values[t, cut] = value
+    empty = torch.empty(0, dtype=dtype, device=device)
+    rollout = Rollout(
+        obs=obs_buf, actions=act_buf, dones=dones, terminated=terminated, last_value=last_value,
+        episode_returns=torch.cat(ep_returns) if ep_returns else empty,
+        episode_lengths=torch.cat(ep_lengths) if ep_lengths else empty, **floats)
+    return rollout, obs
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target] (NaN when the target is constant)."""
+    var = float(target.var())
+    return math.nan if var == 0 else 1.0 - float((target - predicted).var()) / var

@@ -1,0 +1,196 @@
+"""The shared training loop of the optimisation testbeds: (minibatch) gradient descent with a
+``step_size`` slot and an optional ``batch_size`` slot, counting every cost that fair
+comparison needs.
+
+Per step: ask the batch-size method for the batch size, draw a minibatch (without replacement
+within an epoch, seeded), call ``optimizer.step(closure)``, evaluate the full objective, log.
+``time/wall_seconds`` counts the optimizer's own time only: full-data evaluation and logging
+are excluded.
+
+Where the batch-size method requires ``per_sample_grads``, the step's first gradient
+evaluation computes per-sample gradients G_i (``torch.func.vmap`` of ``grad``; the same single
+pass, so no extra gradient evaluation is counted) and hands the method:
+
+- ``grad_sq_big`` = |mean_i G_i|^2 at ``big_batch_size`` = b,
+- ``grad_sq_small`` = mean_i |G_i|^2 at ``small_batch_size`` = 1,
+- ``grad_var`` = sum_i |G_i - mean G|^2 / (b - 1), the trace of the per-sample covariance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workbench.families import BatchSlot, step_size_taken
+from workbench.testbeds.base import Budget, LogFn
+
+
+@dataclass
+class Problem:
+    """A finite-sum objective f(x) = mean_i f_i(x) over ``n_samples`` terms.
+
+    ``sample_loss(variables, *row)`` (one sample's loss as a pure function of the variables,
+    with ``row`` taken from ``data``) enables per-sample gradients.
+    """
+
+    variables: list[torch.Tensor]
+    n_samples: int
+    batch_loss: Callable[[torch.Tensor | None], torch.Tensor]  # indices (None: all) -> mean loss
+    evaluate: Callable[[], dict[str, float]]  # full-data metrics, at no counted cost
+    info: dict[str, Any] = field(default_factory=dict)
+    sample_loss: Callable[..., torch.Tensor] | None = None
+    data: tuple[torch.Tensor, ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    """``steps_to_target``: the first step at which ``metric`` reaches ``value``."""
+
+    metric: str
+    value: float
+    direction: str = "maximize"
+
+    def reached(self, metrics: Mapping[str, float]) -> bool:
+        got = metrics.get(self.metric, math.nan)
+        return got >= self.value if self.direction == "maximize" else got <= self.value
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.grad_evals = 0
+        self.loss_evals = 0
+
+
+class _Batches:
+    """Seeded epochs of shuffled indices; ``None`` for full-batch steps."""
+
+    def __init__(self, n: int, seed: int, device: torch.device):
+        self.n, self.device = n, device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order: torch.Tensor | None = None
+        self.cursor = n
+
+    def next(self, size: int | None) -> torch.Tensor | None:
+        if size is None or size >= self.n:
+            return None
+        if self.cursor + size > self.n:
+            self.order = torch.randperm(self.n, generator=self.generator).to(self.device)
+            self.cursor = 0
+        batch = self.order[self.cursor : self.cursor + size]
+        self.cursor += size
+        return batch
+
+
+def batches_per_epoch(n_samples: int, batch_size: int | None) -> int:
+    return 1 if batch_size is None or batch_size >= n_samples else n_samples // batch_size
+
+
+def per_sample_stats(problem: Problem, batch: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+    """Per-sample gradients of the batch: (their mean, flattened) and the statistics above."""
+    from torch.func import grad, vmap
+
+    rows = tuple(d if batch is None else d[batch] for d in problem.data)
+    params = tuple(v.detach() for v in problem.variables)
+    per_sample = vmap(grad(lambda p, *row: problem.sample_loss(list(p), *row)),
+                      in_dims=(None,) + (0,) * len(rows))(params, *rows)
+    flat = torch.cat([g.reshape(g.shape[0], -1) for g in per_sample], dim=1)
+    b = flat.shape[0]
+    mean = flat.mean(dim=0)
+    stats = {
+        "grad_sq_big": float(mean @ mean), "big_batch_size": b,
+        "grad_sq_small": float((flat * flat).sum(dim=1).mean()), "small_batch_size": 1,
+        "grad_var": float(((flat - mean) ** 2).sum() / max(b - 1, 1)),
+    }
+    return per_sample, stats
+
+
+def train(
+    problem: Problem,
+    optimizer: torch.optim.Optimizer,
+    *,
+    batch_size: int | None,
+    budget: Budget,
+    seed: int,
+    device: torch.device,
+    log: LogFn,
+    batch_method=None,
+    target: Target | None = None,
+) -> dict[str, Any]:
+    """Run gradient descent until the budget is spent or the loss stops being finite."""
+    counters = _Counters()
+    batches = _Batches(problem.n_samples, seed, device)
+    samples, seconds, diverged = 0, 0.0, False
+    step_size, reached_at = math.nan, math.nan
+    needs_stats = batch_method is not None and "per_sample_grads" in batch_method.requirements(
+        batch_method.params)
+    if needs_stats and problem.sample_loss is None:
+        raise ValueError("this task gives no per-sample loss; the batch-size method needs one")
+    batch: torch.Tensor | None = None
+    slot = BatchSlot(batch_method, problem.n_samples)
+    size = batch_size if batch_method is None else slot.start(batch_size, **problem.info)
+    step_stats: dict[str, float] = {}
+
+    def closure(backward: bool = True) -> torch.Tensor:
+        if not backward:
+            counters.loss_evals += 1
+            with torch.no_grad():
+                return problem.batch_loss(batch)
+        counters.grad_evals += 1
+        optimizer.zero_grad(set_to_none=False)
+        if needs_stats and not step_stats:
+            per_sample, stats = per_sample_stats(problem, batch)
+            step_stats.update(stats)
+            for v, g in zip(problem.variables, per_sample, strict=True):
+                v.grad = g.mean(dim=0).to(v.dtype)
+            with torch.no_grad():
+                return problem.batch_loss(batch)
+        loss = problem.batch_loss(batch)
+        loss.backward()
+        return loss.detach()
+
+    def record(step: int, extra: Mapping[str, float]) -> dict[str, float]:
+        nonlocal reached_at
+        metrics = dict(problem.evaluate())
+        metrics.update(extra)
+        metrics.update({
+            "method/step_size": step_size,
+            "cost/samples": float(samples),
+            "cost/grad_evals": float(counters.grad_evals),
+            "cost/loss_evals": float(counters.loss_evals),
+            "time/wall_seconds": seconds,
+        })
+        if target is not None and math.isnan(reached_at) and target.reached(metrics):
+            reached_at = float(step)
+        if target is not None:
+            metrics["train/steps_to_target"] = reached_at
+        log(step, metrics)
+        return metrics
+
+    metrics = record(0, {"batch/size": float(size or problem.n_samples)})
+    for step in range(1, budget.steps + 1):
+        batch = batches.next(size)
+        used = problem.n_samples if batch is None else len(batch)
+        step_stats.clear()
+        started = time.perf_counter()
+        batch_loss = float(optimizer.step(closure))
+        grad_sq = sum(float(torch.sum(v.grad**2)) for v in problem.variables)
+        if batch_method is not None:
+            size = slot.after_step(step, loss=batch_loss, grad_sq=grad_sq, batch_size=used,
+                                   samples=samples + used, extra=step_stats)
+        seconds += time.perf_counter() - started
+        samples += used
+        step_size = step_size_taken(optimizer)
+        extra = {"train/batch_loss": batch_loss, "train/grad_norm": math.sqrt(grad_sq),
+                 "batch/size": float(used), **slot.diagnostics()}
+        metrics = record(step, extra)
+        if not math.isfinite(metrics["train/loss"]):
+            diverged = True
+            break
+        if budget.spent(samples, seconds):
+            break
+    return {**metrics, "steps": step, "diverged": diverged}

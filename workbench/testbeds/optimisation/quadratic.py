@@ -1,0 +1,73 @@
+"""A strongly convex quadratic with a set condition number; f* is known exactly.
+
+f(x) = 1/2 x^T A x - b^T x with A = Q diag(lambda) Q^T, eigenvalues log-spaced in
+[1/kappa, 1] (L = 1, mu = 1/kappa), Q a random orthogonal matrix, b ~ N(0, I).
+x* = A^{-1} b and f* = -1/2 b^T A^{-1} b, computed in float64. Full batch only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.optimisation.loop import Problem, train
+
+
+class QuadraticParams(TaskParams):
+    dim: int = Field(50, ge=1, le=5_000)
+    condition_number: float = Field(100.0, ge=1.0)
+    data_seed: int | None = Field(None, description="None: the run's seed draws the problem")
+    init_scale: float = Field(1.0, ge=0.0)
+    dtype: Literal["float32", "float64"] = "float64"
+
+
+def make_problem(params: QuadraticParams, seed: int):
+    """(A, b, f*) drawn on the CPU in float64."""
+    gen = torch.Generator().manual_seed(seed)
+    d = params.dim
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
+    eigenvalues = torch.logspace(0.0, -torch.log10(torch.tensor(params.condition_number)), d,
+                                 dtype=torch.float64)
+    a = q @ torch.diag(eigenvalues) @ q.T
+    a = 0.5 * (a + a.T)
+    b = torch.randn(d, generator=gen, dtype=torch.float64)
+    f_star = float(-0.5 * b @ torch.linalg.solve(a, b))
+    return a, b, f_star
+
+
+class Quadratic(Task):
+    name = "quadratic"
+    description = "strongly convex quadratic with condition number kappa; f* exact"
+    slots = ("step_size",)
+    provides = frozenset({"closure", "f_star", "loss_lower_bound"})
+    Params = QuadraticParams
+    metrics = {"train/loss": "minimize", "train/suboptimality": "minimize",
+               "train/grad_norm": "minimize"}
+    default_objective = "train/suboptimality"
+
+    def run(self, params, methods, *, seed, device, budget, log):
+        data_seed = seed if params.data_seed is None else params.data_seed
+        a, b, f_star = make_problem(params, data_seed)
+        dtype = getattr(torch, params.dtype)
+        a, b = a.to(device, dtype), b.to(device, dtype)
+        gen = torch.Generator().manual_seed(seed + 1)
+        x0 = params.init_scale * torch.randn(params.dim, generator=gen, dtype=torch.float64)
+        x = x0.to(device, dtype).requires_grad_(True)
+
+        def batch_loss(_idx):
+            return 0.5 * x @ (a @ x) - b @ x
+
+        @torch.no_grad()
+        def evaluate():
+            loss = float(batch_loss(None))
+            return {"train/loss": loss, "train/suboptimality": loss - f_star}
+
+        info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1,
+                "total_steps": budget.steps, "smoothness": 1.0}
+        problem = Problem([x], 1, batch_loss, evaluate, info)
+        optimizer = methods["step_size"].build([x], info)
+        return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
+                     device=device, log=log)

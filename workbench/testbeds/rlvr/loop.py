@@ -1,0 +1,448 @@
+"""The RL-with-verifiable-rewards loop: per step, P prompts x G completions, verify, compute
+advantages with the slot's method, then clipped policy-gradient epochs on the batch.
+
+Per step k:
+
+1. rollout: the backend samples G completions for each of P training prompts (with
+   ``dynamic_sampling``, DAPO's rule: groups whose rewards are all equal are dropped and new
+   prompts are drawn until P groups are kept or ``max_refills`` draws are spent);
+2. rewards: 1 for a verified answer, else ``format_reward`` if well formed, else 0, placed at
+   the last response token (token-level rewards, as verl);
+3. log-probabilities of the responses under the sampling policy (``old``) and, with a KL term,
+   under the frozen reference (the starting checkpoint);
+4. advantages ``A, R = advantage.compute(rewards, mask, group_ids, ...)``; methods needing
+   ``values`` (PPO with GAE) get them from a value head on the policy's last hidden state,
+   trained with ``value_coef * 0.5 (V - R)^2``; ReMax's ``reward_baselines`` are the rewards of
+   greedy answers;
+5. ``epochs`` passes over ``minibatches`` minibatches, each minimising
+
+       L = agg(max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))) + beta * agg(KL_t)
+           - c * agg(H_t) + value loss (+ the entropy method's extra loss)
+
+   with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
+   (``shared.losses.aggregate``), KL estimator ``kl_kind`` to the reference with weight
+   ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
+6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
+
+Held-out evaluation (greedy pass@1 and sampled pass@k) runs at step 0 and every
+``eval_every`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import Field
+
+from workbench.families import (
+    BatchSlot,
+    EntropySlot,
+    mean_over_steps,
+    minibatch_epochs,
+    step_size_taken,
+)
+from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
+from workbench.testbeds.rlvr.checker import is_correct, reward
+from workbench.testbeds.rlvr.model import position_ids_from_mask
+from workbench.testbeds.rlvr.problems import Problem
+from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.batch_shape import reshape_batch
+from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
+
+if TYPE_CHECKING:  # workbench.testbeds imports this module
+    from workbench.budget import Budget, LogFn
+
+
+class RLSettings(Settings):
+    """Everything the loop reads, with its bounds."""
+
+    prompts: int = Field(16, ge=1, description="P: prompts per step")
+    group_size: int = Field(8, ge=1, description="G: completions per prompt")
+    batch_axis: Literal["prompts", "group_size"] = Field(
+        "prompts", description="what the batch_size slot changes")
+    max_new_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    clip: float = Field(0.2, gt=0)
+    dual_clip: float | None = Field(None, gt=1)
+    ratio_level: Literal["token", "sequence"] = "token"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                      "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0)
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    value_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    format_reward: float = Field(0.0, ge=0, le=1)
+    dynamic_sampling: bool = False
+    max_refills: int = Field(4, ge=0)
+    eval_every: int = Field(10, ge=1)
+    eval_k: int = Field(8, ge=1)
+    eval_k_prompts: int = Field(64, ge=1)
+
+
+@dataclass
+class Batch:
+    """One step's training batch: prompt + response token ids, left-padded prompts and
+    right-padded responses, so response token t of every row sits in column ``prompt_width + t``.
+    """
+
+    input_ids: torch.Tensor  # (B, Lp + T)
+    attention_mask: torch.Tensor  # (B, Lp + T)
+    response_mask: torch.Tensor  # (B, T) float
+    prompt_width: int
+    scores: torch.Tensor  # (B,) reward of each completion
+    correct: torch.Tensor  # (B,) bool
+    group_ids: torch.Tensor  # (B,) long
+    problems: list[Problem]  # the problem each row answers
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """Token-level rewards: the score at each row's last response token."""
+        lengths = self.response_mask.sum(1).long()
+        rewards = torch.zeros_like(self.response_mask)
+        rows = torch.arange(len(lengths), device=rewards.device)
+        last = (lengths - 1).clamp(min=0)
+        rewards[rows, last] = self.scores.to(rewards.dtype) * (lengths > 0)
+        return rewards
+
+
+def build_batch(rollouts: Rollouts, problems: Sequence[Problem], group_ids: Sequence[int],
+                pad_id: int, format_reward: float, device) -> Batch:
+    """Tensors for the completions of ``rollouts`` (completion i answers ``problems[i]``)."""
+    width = max(len(p) for p in rollouts.prompt_ids)
+    horizon = max(1, max(len(r) for r in rollouts.response_ids))
+    rows = len(problems)
+    ids = torch.full((rows, width + horizon), pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, width + horizon), dtype=torch.long)
+    response_mask = torch.zeros((rows, horizon))
+    for i, (prompt, response) in enumerate(zip(rollouts.prompt_ids, rollouts.response_ids,
+                                               strict=True)):
+        ids[i, width - len(prompt):width] = torch.tensor(prompt)
+        ids[i, width:width + len(response)] = torch.tensor(response, dtype=torch.long)
+        attention[i, width - len(prompt):width + len(response)] = 1
+        response_mask[i, :len(response)] = 1
+    scores = torch.tensor([reward(p, text, format_reward)
+                           for p, text in zip(problems, rollouts.texts, strict=True)])
+    correct = torch.tensor([is_correct(p, text)
+                            for p, text in zip(problems, rollouts.texts, strict=True)])
+    return Batch(ids.to(device), attention.to(device), response_mask.to(device), width,
+                 scores.to(device), correct.to(device),
+                 torch.tensor(list(group_ids), dtype=torch.long, device=device), list(problems))
+
+
+def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
+                       rows: torch.Tensor | None = None):
+    """(log-probs, entropies, values or None) of the response tokens, each (B, T); values
+    (B, T + 1): V of the state before each response token and after the last one.
+
+    Logits at position i predict token i + 1, so response token t (column Lp + t) is scored
+    by the logits at column Lp + t - 1.
+    """
+    ids, attention = batch.input_ids, batch.attention_mask
+    mask = batch.response_mask
+    if rows is not None:
+        ids, attention, mask = ids[rows], attention[rows], mask[rows]
+    out = model(input_ids=ids, attention_mask=attention,
+                position_ids=position_ids_from_mask(attention), use_cache=False,
+                output_hidden_states=value_head is not None)
+    start = batch.prompt_width - 1
+    logits = out.logits[:, start:start + mask.shape[1]].float() / temperature
+    targets = ids[:, start + 1:start + 1 + mask.shape[1]]
+    log_norm = torch.logsumexp(logits, dim=-1)
+    log_probs = (logits.gather(-1, targets[..., None]).squeeze(-1) - log_norm) * mask
+    entropy = (log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)) * mask
+    values = None
+    if value_head is not None:
+        hidden = out.hidden_states[-1][:, start:start + mask.shape[1] + 1].float()
+        values = value_head(hidden).squeeze(-1)
+        values = torch.cat([values[:, :-1] * mask, values[:, -1:] * 0], dim=1)
+    return log_probs, entropy, values
+
+
+def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.Random,
+                 settings: RLSettings, prompts: int, group_size: int, pad_id: int, seed: int,
+                 device) -> tuple[Batch, dict[str, float]]:
+    """Generate, verify and (with dynamic sampling) filter groups; returns the batch and
+    rollout statistics."""
+    kept_problems: list[Problem] = []
+    kept: list[Rollouts] = []
+    zero_var, groups_seen, tokens, seconds = 0, 0, 0, 0.0
+    draws = 0
+    while True:
+        chosen = rng.sample(range(len(train)), min(prompts, len(train)))
+        problems = [train[i] for i in chosen]
+        started = time.perf_counter()
+        out = backend.generate([p.prompt for p in problems], group_size,
+                               max_new_tokens=settings.max_new_tokens,
+                               temperature=settings.temperature, seed=seed * 1000 + draws)
+        seconds += time.perf_counter() - started
+        tokens += sum(len(r) for r in out.response_ids)
+        draws += 1
+        for g, problem in enumerate(problems):
+            rows = range(g * group_size, (g + 1) * group_size)
+            texts = [out.texts[i] for i in rows]
+            scores = {reward(problem, t, settings.format_reward) for t in texts}
+            groups_seen += 1
+            if len(scores) == 1:
+                zero_var += 1
+                if settings.dynamic_sampling:
+                    continue
+            kept_problems.append(problem)
+            kept.append(Rollouts([out.prompt_ids[i] for i in rows],
+                                 [out.response_ids[i] for i in rows], texts,
+                                 [out.finished[i] for i in rows]))
+        if not settings.dynamic_sampling or len(kept) >= prompts or draws > settings.max_refills:
+            break
+    kept, kept_problems = kept[:prompts], kept_problems[:prompts]
+    if not kept:  # dynamic sampling found no group with signal: train on the last draw
+        kept_problems = problems
+        kept = [Rollouts([out.prompt_ids[i] for i in range(g * group_size, (g + 1) * group_size)],
+                         [out.response_ids[i] for i in range(g * group_size,
+                                                             (g + 1) * group_size)],
+                         out.texts[g * group_size:(g + 1) * group_size],
+                         out.finished[g * group_size:(g + 1) * group_size])
+                for g in range(len(problems))]
+    merged = Rollouts(
+        [ids for r in kept for ids in r.prompt_ids], [ids for r in kept for ids in r.response_ids],
+        [t for r in kept for t in r.texts], [f for r in kept for f in r.finished])
+    row_problems = [p for p in kept_problems for _ in range(group_size)]
+    group_ids = [g for g in range(len(kept)) for _ in range(group_size)]
+    batch = build_batch(merged, row_problems, group_ids, pad_id, settings.format_reward, device)
+    stats = {"train/zero_variance_groups": zero_var / max(groups_seen, 1),
+             "train/rollout_draws": float(draws),
+             "train/truncated_fraction": 1.0 - sum(merged.finished) / len(merged.finished),
+             "time/rollout_seconds": seconds,
+             "time/rollout_tokens_per_second": tokens / seconds if seconds > 0 else math.nan,
+             "cost/generated_tokens": float(tokens),
+             "cost/completions": float(len(merged.texts) if not settings.dynamic_sampling
+                                       else draws * prompts * group_size)}
+    return batch, stats
+
+
+@torch.no_grad()
+def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLSettings,
+             seed: int) -> dict[str, float]:
+    """Greedy pass@1 on the held-out set and sampled pass@k on its first prompts."""
+    greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True,
+                              max_new_tokens=settings.max_new_tokens, seed=seed)
+    accuracy = sum(is_correct(p, t) for p, t in zip(held_out, greedy.texts, strict=True))
+    subset = list(held_out[:settings.eval_k_prompts])
+    k = settings.eval_k
+    sampled = backend.generate([p.prompt for p in subset], k, temperature=settings.temperature,
+                               max_new_tokens=settings.max_new_tokens, seed=seed + 1)
+    solved = [any(is_correct(p, t) for t in sampled.texts[i * k:(i + 1) * k])
+              for i, p in enumerate(subset)]
+    per_sample = sum(is_correct(p, t) for p, t in zip(
+        (p for p in subset for _ in range(k)), sampled.texts, strict=True))
+    return {"eval/accuracy": accuracy / len(held_out), f"eval/pass@{k}": sum(solved) / len(subset),
+            "eval/pass@1_sampled": per_sample / (k * len(subset)),
+            "eval/response_length": sum(len(r) for r in greedy.response_ids) / len(held_out)}
+
+
+def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any],
+          train_set: Sequence[Problem], held_out: Sequence[Problem], settings: RLSettings, *,
+          budget: Budget, seed: int, log: LogFn, reference=None, value_head=None,
+          device) -> dict[str, Any]:
+    """Run RL steps until the budget is spent; returns the last metrics."""
+    prompts, group_size = settings.prompts, settings.group_size
+    per_step = settings.epochs * settings.minibatches
+    total_steps = budget.planned_steps(prompts * group_size)
+    params = list(policy.parameters()) + (list(value_head.parameters()) if value_head else [])
+    optimizer = methods["step_size"].build(params, {"total_steps": total_steps * per_step,
+                                                    "batches_per_epoch": per_step})
+    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_steps)
+    advantage_method = methods["advantage"]
+    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
+    wanted = batch_slot.start(prompts * group_size)
+    if wanted is not None:
+        prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
+    needs = advantage_method.requirements(advantage_method.params)
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    pad_id = tokenizer.pad_token_id
+
+    metrics = evaluate(backend, held_out, settings, seed)
+    log(0, {**metrics, "cost/samples": 0.0, "cost/tokens": 0.0, "time/wall_seconds": 0.0})
+    samples, tokens, seconds, step, diverged = 0, 0, 0.0, 0, False
+    while step < budget.steps:
+        started = time.perf_counter()
+        # 1-2. rollout and rewards
+        batch, rollout_stats = sample_batch(backend, train_set, rng, settings, prompts,
+                                            group_size, pad_id, seed + step, device)
+        # 3. log-probs of the sampling policy (and the reference)
+        policy.eval()
+        with torch.no_grad():
+            old_log_probs, old_entropy, values = response_log_probs(
+                policy, batch, settings.temperature, value_head)
+            ref_log_probs = None
+            if reference is not None:
+                ref_log_probs = response_log_probs(reference, batch, settings.temperature)[0]
+        policy.train()
+        mask = batch.response_mask
+        # 4. advantages
+        inputs = _advantage_inputs(batch, values, needs, backend, settings, seed + step)
+        advantages, returns = advantage_method.compute(**inputs)
+        advantages, returns = advantages * mask, returns * mask
+        mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
+        coefficient = entropy_slot.coefficient(step, mean_entropy)
+        # 5. policy-gradient epochs
+        train_started = time.perf_counter()
+        stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,
+                        ref_log_probs, advantages, returns, values, coefficient, settings,
+                        generator)
+        train_seconds = time.perf_counter() - train_started
+        # 6. the next rollout samples from the new weights
+        backend.sync_weights(policy)
+        step += 1
+        seconds += time.perf_counter() - started
+        samples += int(rollout_stats["cost/completions"])
+        step_tokens = int(batch.attention_mask.sum())
+        tokens += step_tokens
+        lengths = mask.sum(1)
+        valid = mask.bool()
+        metrics = {
+            **rollout_stats, **stats,
+            "train/reward": float(batch.scores.mean()),
+            "train/accuracy": float(batch.correct.float().mean()),
+            "train/response_length": float(lengths.mean()),
+            "train/entropy": mean_entropy,
+            "adv/mean": float(advantages[valid].mean()), "adv/std": float(advantages[valid].std()),
+            "adv/abs_max": float(advantages[valid].abs().max()),
+            "adv/zero_fraction": float((advantages[valid] == 0).float().mean()),
+            "method/entropy_coef": coefficient,
+            "batch/prompts": float(prompts), "batch/group_size": float(group_size),
+            "batch/size": float(len(batch.scores)),
+            "time/train_tokens_per_second": step_tokens * settings.epochs / train_seconds,
+            "cost/samples": float(samples), "cost/tokens": float(tokens),
+            "time/wall_seconds": seconds,
+        }
+        if step % settings.eval_every == 0 or step == budget.steps:
+            metrics.update(evaluate(backend, held_out, settings, seed))
+        log(step, metrics)
+        if not math.isfinite(stats["train/policy_loss"]):
+            diverged = True
+            break
+        if budget.spent(samples, seconds):
+            break
+        wanted = batch_slot.after_step(
+            step, loss=stats["train/policy_loss"], grad_sq=stats["train/grad_norm"] ** 2,
+            batch_size=len(batch.scores), samples=samples)
+        if wanted is not None:
+            prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
+    if "eval/accuracy" not in metrics:
+        metrics.update(evaluate(backend, held_out, settings, seed))
+        log(step, metrics)
+    return {**metrics, "steps": step, "diverged": diverged}
+
+
+def _advantage_inputs(batch: Batch, values, needs, backend, settings, seed) -> dict:
+    mask = batch.response_mask
+    rewards = batch.rewards
+    inputs: dict[str, torch.Tensor] = {"rewards": rewards, "mask": mask,
+                                       "group_ids": batch.group_ids}
+    if values is not None:
+        ends = torch.zeros_like(mask, dtype=torch.bool)
+        lengths = mask.sum(1).long()
+        rows = torch.arange(len(lengths), device=mask.device)
+        ends[rows, (lengths - 1).clamp(min=0)] = lengths > 0
+        inputs.update(values=values, dones=ends, terminated=ends, next_values=values[:, 1:])
+    if "reward_baselines" in needs:
+        inputs["reward_baselines"] = _greedy_baselines(batch, backend, settings, seed)
+    return {k: v for k, v in inputs.items() if k in needs}
+
+
+def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:
+    """ReMax: the reward of the greedy answer to each row's prompt (one greedy rollout per
+    group)."""
+    first = {}
+    for row, group in enumerate(batch.group_ids.tolist()):
+        first.setdefault(group, row)
+    groups = list(first)
+    problems = [batch.problems[first[g]] for g in groups]
+    out = backend.generate([p.prompt for p in problems], 1, greedy=True,
+                           max_new_tokens=settings.max_new_tokens, seed=seed)
+    by_group = {g: reward(p, t, settings.format_reward)
+                for g, p, t in zip(groups, problems, out.texts, strict=True)}
+    return torch.tensor([by_group[g] for g in batch.group_ids.tolist()],
+                        dtype=batch.response_mask.dtype, device=batch.response_mask.device)
+
+
+def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Batch,
+            old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
+            settings: RLSettings, generator) -> dict[str, float]:
+    mask = batch.response_mask
+    constant = float(mask.shape[1])
+    per_step: list[dict[str, float]] = []
+    for idx in minibatch_epochs(len(batch.scores), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=generator,
+                                device=mask.device):
+        stats: dict[str, float] = {}
+
+        def closure(backward: bool = True, idx=idx, stats=stats):
+            with torch.set_grad_enabled(backward):
+                loss, parts = _loss(policy, value_head, entropy_slot, batch, idx,
+                                    old_log_probs, ref_log_probs, advantages, returns,
+                                    old_values, coefficient, settings, constant)
+            if not backward:
+                return loss.detach()
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            params = [p for p in optimizer.param_groups[0]["params"] if p.grad is not None]
+            norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+                    if settings.max_grad_norm else torch.nn.utils.clip_grad_norm_(
+                        params, float("inf")))
+            if not stats:
+                stats.update(parts, **{"train/grad_norm": float(norm)})
+            return loss.detach()
+
+        optimizer.step(closure)
+        stats["method/step_size"] = step_size_taken(optimizer)
+        per_step.append(stats)
+    return mean_over_steps(per_step)
+
+
+def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_probs, ref_log_probs,
+          advantages, returns, old_values, coefficient, settings: RLSettings, constant):
+    log_probs, entropy, values = response_log_probs(policy, batch, settings.temperature,
+                                                    value_head, rows=idx)
+    mask = batch.response_mask[idx]
+    old, adv = old_log_probs[idx], advantages[idx]
+    adjusted = entropy_slot.adjust_policy_loss(log_probs=log_probs, old_log_probs=old,
+                                               advantages=adv, mask=mask, entropy=entropy,
+                                               clip=settings.clip)
+    pg_loss, pg_stats = ppo_clip_loss(
+        log_probs, old, adv, adjusted.mask, clip_low=adjusted.clip_low,
+        clip_high=adjusted.clip_high, dual_clip=settings.dual_clip,
+        ratio_level=settings.ratio_level, agg=settings.loss_agg, constant=constant,
+        weight=adjusted.weight)
+    entropy_term = aggregate(entropy, mask, settings.loss_agg, constant)
+    loss = pg_loss - coefficient * entropy_term
+    parts = {"train/policy_loss": float(pg_loss.detach()),
+             "train/entropy_loss": float(entropy_term.detach()),
+             **{f"train/{k}": float(v) for k, v in pg_stats.items()}}
+    if ref_log_probs is not None:  # tracked always, in the loss when kl_coef > 0
+        kl = aggregate(kl_penalty(log_probs, ref_log_probs[idx], settings.kl_kind), mask,
+                       settings.loss_agg, constant)
+        if settings.kl_coef > 0:
+            loss = loss + settings.kl_coef * kl
+        parts["train/kl_ref"] = float(kl.detach())
+    if values is not None:
+        value_loss = 0.5 * aggregate((values[:, :-1] - returns[idx]) ** 2, mask, "token-mean")
+        loss = loss + settings.value_coef * value_loss
+        parts["train/value_loss"] = float(value_loss.detach())
+    loss = loss + adjusted.extra_loss
+    parts.update(adjusted.metrics)
+    return loss, parts
+
+
+def _reshape(samples: int, prompts: int, group_size: int, axis: str) -> tuple[int, int]:
+    """(P, G) with P * G close to ``samples``, changing only ``axis``."""
+    return reshape_batch(samples, prompts, group_size,
+                         "columns" if axis == "group_size" else "rows")
