@@ -112,7 +112,7 @@ def test_every_name_a_task_provides_is_one_a_method_may_require():
 
 
 def test_a_task_providing_a_name_no_family_defines_is_refused():
-    from workbench.tasks.base import Task
+    from workbench.testbeds.base import Task
 
     with pytest.raises(TypeError, match="closur, which no family"):
         type("Typo", (Task,), {"provides": frozenset({"closure", "closur"})})

@@ -23,6 +23,17 @@ class HyperparameterError(ValueError):
     """A value or range that the declaration does not allow."""
 
 
+def _search_bounds(hp, low, high, log) -> tuple[Any, Any, bool] | None:
+    """A range's (low, high, log): the given ones over the declaration's, each end validated;
+    None where either end is missing (the parameter is then fixed)."""
+    low = hp.low if low is None else low
+    high = hp.high if high is None else high
+    log = hp.log if log is None else log
+    if low is None or high is None:
+        return None
+    return hp.validate(low), hp.validate(high), log
+
+
 @dataclass(frozen=True)
 class Float:
     default: float
@@ -63,12 +74,10 @@ class Float:
     def distribution(self, low=None, high=None, log=None, choices=None):
         if choices is not None:
             return od.CategoricalDistribution([self.validate(c) for c in choices])
-        low = self.low if low is None else low
-        high = self.high if high is None else high
-        log = self.log if log is None else log
-        if low is None or high is None:
+        bounds = _search_bounds(self, low, high, log)
+        if bounds is None:
             return None
-        low, high = self.validate(low), self.validate(high)
+        low, high, log = bounds
         if math.isinf(low) or math.isinf(high):
             raise HyperparameterError(f"a search range needs finite ends, got [{low}, {high}]")
         if low >= high:
@@ -114,12 +123,10 @@ class Int:
     def distribution(self, low=None, high=None, log=None, choices=None):
         if choices is not None:
             return od.CategoricalDistribution([self.validate(c) for c in choices])
-        low = self.low if low is None else low
-        high = self.high if high is None else high
-        log = self.log if log is None else log
-        if low is None or high is None:
+        bounds = _search_bounds(self, low, high, log)
+        if bounds is None:
             return None
-        low, high = self.validate(low), self.validate(high)
+        low, high, log = bounds
         if low >= high:
             raise HyperparameterError(f"low ({low}) must be below high ({high})")
         if log and low < 1:
