@@ -205,3 +205,18 @@ def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
     result = run_cli("report", path, "--out", folder / "old", cwd=folder)
     assert result.returncode == 0, result.stderr
     assert "| polyak |" in (folder / "old" / "table_gone.md").read_text()
+
+
+def test_a_long_study_record_spans_several_tags_and_reads_back():
+    from workbench import layout
+    from workbench.study_record import ReportOptions, StudyRecord
+
+    record = StudyRecord(task="logreg", metric="train/loss", direction="minimize", at="final",
+                         metric_directions={"train/loss": "minimize"}, seeds=list(range(3000)),
+                         report=ReportOptions(aggregate="mean"), position=2, trials=5, space={})
+    tags = record.to_tags()
+    assert len(tags) > 1 and all(len(v) <= layout.TAG_VALUE_CHARS for v in tags.values())
+    assert StudyRecord.from_tags(tags) == record
+    longer = StudyRecord(**{**record.model_dump(), "seeds": list(range(6000))}).to_tags()
+    assert StudyRecord.from_tags({**longer, **tags}) == record  # leftover parts are ignored
+    assert StudyRecord.from_tags({"workbench.kind": "study"}) is None
