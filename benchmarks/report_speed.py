@@ -96,7 +96,8 @@ def main() -> None:
         print(f"wrote {len(seed_ids)} runs x {args.steps} steps x {len(METRICS)} metrics "
               f"in {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
-        written = report.build(sweep, Path(folder) / "out")
+        written = report.build(report.SweepRef(sweep.name, sweep.storage),
+                               Path(folder) / "out")
         ours = time.perf_counter() - started
         started = time.perf_counter()
         for run_id in seed_ids[: args.sample]:

@@ -1,12 +1,16 @@
 """The report of a real small sweep: every file, every method, provenance = the store."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import ROOT, run_cli, tiny_spec
+from tests.waiting import scaled
 from workbench import cli, engine, spec
 
 FIGURES = ["final", "profiles", "best_of_k", "sensitivity_tiny", "curves_train-loss_step",
@@ -97,6 +101,7 @@ def test_report_of_a_missing_store_says_so(tmp_path, write_spec):
 
 def test_across_sweeps_scores_are_normalised_and_stratified(swept, tmp_path):
     from workbench import report
+    from workbench.report import data
 
     folder, path = swept
     other = yaml.safe_load(path.read_text())
@@ -104,13 +109,114 @@ def test_across_sweeps_scores_are_normalised_and_stratified(swept, tmp_path):
     other_path = folder / "tiny3.yaml"
     other_path.write_text(yaml.safe_dump(other))
     engine.run_sweep(spec.load(other_path), device="cpu")
-    both = report.ReportSpec("both", [spec.load(path), spec.load(other_path)],
-                             spec.load(path).spec.report)
-    built = report.Report(both, tmp_path / "out")
-    pooled = built.across_tasks()
+    sweeps = [spec.load(path), spec.load(other_path)]
+    pooled = data.pooled_scores([data.read_sweep(report.SweepRef(s.name, s.storage),
+                                                 sweeps[0].spec.report) for s in sweeps])
     assert set(pooled) == {"constant", "polyak", "normalized_lr"}
     for scores, strata in pooled.values():
         assert len(scores) == 6 and sorted(set(strata)) == ["tiny", "tiny3"]
         assert ((scores >= 0) & (scores <= 1)).all()
     best = max(s.max() for s, _ in pooled.values())
     assert best == 1.0
+
+
+# ------------------------------------------------- the report reads the store, not the spec
+
+NOT_IMPORTABLE = ["workbench.spec", "workbench.testbeds", "workbench.engine", "workbench.cli",
+                  "transformers", "torch"]
+BUILD_WITHOUT_SPEC = f"""
+import sys
+for name in {NOT_IMPORTABLE!r}:
+    sys.modules[name] = None  # importing it raises ImportError
+from workbench import report
+written = report.build(report.SweepRef(sys.argv[1], sys.argv[2]), sys.argv[3])
+print(len(written), "files")
+"""
+
+
+@pytest.fixture(scope="module")
+def forgotten(tmp_path_factory):
+    """A small sweep whose spec file is gone: (folder, store URL, the spec as it was)."""
+    folder = tmp_path_factory.mktemp("forgotten")
+    store = f"sqlite:///{folder / 'store.db'}"
+    document = tiny_spec(name="gone", storage=store, trials=2,
+                         report={"metrics": ["train/loss"], "x_axes": ["step"],
+                                 "aggregate": "mean"})
+    path = folder / "gone.yaml"
+    path.write_text(yaml.safe_dump(document))
+    engine.run_sweep(spec.load(path), device="cpu")
+    path.unlink()
+    return folder, store, document
+
+
+def test_a_report_needs_neither_the_sweep_spec_nor_a_testbed(forgotten):
+    folder, store, _ = forgotten
+    out = folder / "out"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", BUILD_WITHOUT_SPEC, "gone", store, str(out)],
+                            cwd=folder, capture_output=True, text=True, env=env,
+                            timeout=scaled(600))
+    assert result.returncode == 0, result.stderr
+    table = (out / "table_gone.md").read_text()
+    for method in ("constant", "polyak"):
+        assert f"| {method} |" in table
+    assert "train/loss (minimize, final)" in table  # the objective, as the spec had it
+    # the report options the sweep ran with: one curve, against steps; the mean
+    assert [p.name for p in out.glob("curves_*.png")] == ["curves_train-loss_step.png"]
+    assert json.loads((out / "final.json").read_text())["statistics"]["aggregate"] == "mean"
+    assert (out / "index.html").is_file() and (out / "sensitivity_gone.png").is_file()
+
+
+def test_a_sweep_is_reported_by_its_name_from_the_store(forgotten):
+    folder, store, _ = forgotten
+    out = folder / "by-name"
+    result = run_cli("report", "--sweep", "gone", "--storage", store, "--out", out, cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "| polyak |" in (out / "table_gone.md").read_text()
+    result = run_cli("report", "--sweep", "nothing", "--storage", store, cwd=folder)
+    assert result.returncode == 1 and "no runs of sweep 'nothing'" in result.stderr
+    result = run_cli("report", "--sweep", "../x", "--storage", store, cwd=folder)
+    assert result.returncode == 2 and "not a sweep name" in result.stderr
+
+
+def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
+    from workbench import runs
+
+    folder, store, document = forgotten
+    client = MlflowClient(store.replace("store.db", "store.mlflow.db"))
+    experiment = client.get_experiment_by_name("gone").experiment_id
+    study = client.search_runs([experiment], "tags.`workbench.study` = 'gone.step_size=polyak' "
+                                             "and tags.`workbench.kind` = 'study'")[0]
+    client.delete_tag(study.info.run_id, runs.STUDY_RECORD)
+    result = run_cli("report", "--sweep", "gone", "--storage", store, "--out", folder / "old",
+                     cwd=folder)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    message = result.stderr.strip()
+    assert message.startswith("error: sweep gone: study 'gone.step_size=polyak' was written by "
+                              "an older workbench"), message
+    assert "rerun `workbench sweep`" in message and len(message.splitlines()) == 1
+    assert not (folder / "old").exists()
+
+    path = folder / "gone.yaml"
+    path.write_text(yaml.safe_dump(document))
+    rerun = run_cli("sweep", path, "--quiet", cwd=folder)
+    assert rerun.returncode == 0, rerun.stderr
+    result = run_cli("report", path, "--out", folder / "old", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "| polyak |" in (folder / "old" / "table_gone.md").read_text()
+
+
+def test_a_long_study_record_spans_several_tags_and_reads_back():
+    from workbench import runs
+    from workbench.study_record import ReportOptions, StudyRecord
+
+    record = StudyRecord(task="logreg", metric="train/loss", direction="minimize", at="final",
+                         metric_directions={"train/loss": "minimize"}, seeds=list(range(3000)),
+                         report=ReportOptions(aggregate="mean"), position=2, trials=5, space={})
+    tags = record.to_tags()
+    assert len(tags) > 1 and all(len(v) <= runs.TAG_VALUE_CHARS for v in tags.values())
+    assert StudyRecord.from_tags(tags) == record
+    longer = StudyRecord(**{**record.model_dump(), "seeds": list(range(6000))}).to_tags()
+    assert StudyRecord.from_tags({**longer, **tags}) == record  # leftover parts are ignored
+    assert StudyRecord.from_tags({"workbench.kind": "study"}) is None

@@ -68,3 +68,24 @@ def test_steps_to_target():
     assert stats.steps_to_target([0, 1, 2, 3], [0.1, 0.5, 1.0, 1.0], 1.0) == 2.0
     assert math.isnan(stats.steps_to_target([0, 1], [0.1, 0.5], 1.0))
     assert stats.steps_to_target([0, 5, 10], [3.0, 1.0, 0.5], 1.0, "minimize") == 5.0
+
+
+def test_a_curve_band_is_the_interval_at_each_point_resampling_runs_whole():
+    values = np.random.default_rng(3).normal(size=(5, 7)).cumsum(axis=1)
+    low, high = stats.bootstrap_band(values, "iqm", 0.9, resamples=500, seed=4)
+    for j in range(values.shape[1]):  # the same draws of runs at every point
+        assert (low[j], high[j]) == pytest.approx(
+            stats.bootstrap_ci(values[:, j], "iqm", 0.9, resamples=500, seed=4))
+    one = stats.bootstrap_band(values[:1], "mean")
+    assert (one[0] == values[0]).all() and (one[1] == values[0]).all()
+
+
+def test_the_best_of_k_band_brackets_the_expected_curve_of_resampled_trials():
+    values = np.array([0.3, 2.0, -1.0, 0.7, 5.0, 0.7])
+    low, high = stats.best_of_k_band(values, "maximize", 0.95, resamples=300, seed=0)
+    curve = stats.expected_best_of_k(values)
+    assert low.shape == high.shape == curve.shape and (low <= high).all()
+    assert high[-1] == 5.0 and low[0] <= curve[0] <= high[0]
+    rng = np.random.default_rng(0)
+    shared = stats.best_of_k_band(values, "maximize", 0.95, resamples=300, seed=rng)
+    assert (shared[0] == low).all()  # a generator is drawn from as a seed would be

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -326,14 +327,28 @@ def _password_apart(url: str) -> tuple[str, str | None]:
 
 
 def cmd_report(args) -> int:
-    from workbench import report
+    from workbench import report, spec
+    from workbench.validation import shorten
 
-    spec = report.load_spec(args.spec, storage=args.storage)
-    for url in dict.fromkeys(sweep.storage for sweep in spec.sweeps):
+    if (args.spec is None) == (args.sweep is None):
+        raise UsageError("name either a spec (a sweep or report spec) or, with --sweep NAME, "
+                         "a sweep in the store")
+    if args.sweep is not None:
+        if not re.match(spec.NAME_PATTERN, args.sweep):
+            raise UsageError(f"--sweep: {shorten(args.sweep)} is not a sweep name; allowed: a "
+                             "letter or digit, then up to 99 of [A-Za-z0-9_.-]")
+        url = (spec.normalise_storage(args.storage, "--storage", "") if args.storage
+               else spec.default_storage())
+        plan = spec.ReportPlan(args.sweep, [], None)
+        refs = [report.SweepRef(args.sweep, url)]
+    else:
+        plan = spec.load_report(args.spec, storage=args.storage)
+        refs = [report.SweepRef(sweep.name, sweep.storage) for sweep in plan.sweeps]
+    for url in dict.fromkeys(ref.storage for ref in refs):
         _reachable(url)
-    out = Path(args.out) if args.out else Path("reports") / "out" / spec.name
+    out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
-        written = report.build(spec, out)
+        written = report.build(refs, out, title=plan.name, options=plan.options)
     except report.ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -401,7 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ui)
 
     p = sub.add_parser("report", help="rebuild figures and tables from the store")
-    p.add_argument("spec", help="a sweep spec, or a report spec naming several sweeps")
+    p.add_argument("spec", nargs="?",
+                   help="a sweep spec, or a report spec naming several sweeps")
+    p.add_argument("--sweep", metavar="NAME",
+                   help="instead of a spec: the sweep of this name in the store (--storage, "
+                        "default ./workbench.db), with the report options it ran with")
     p.add_argument("--storage")
     p.add_argument("--out", help="output folder (default reports/out/SWEEP)")
     p.set_defaults(func=cmd_report)

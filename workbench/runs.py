@@ -36,6 +36,10 @@ FAIL_REASON = "workbench.fail_reason"
 PRUNE_REASON = "workbench.prune_reason"
 PRUNE_DETAIL = "workbench.prune_detail"
 UNUSED_KNOBS = "workbench.unused_knobs"
+# on a study run: what the report reads back instead of the spec, as JSON
+# (workbench.study_record); a long one continues in STUDY_RECORD + ".1", ".2", ...
+STUDY_RECORD = "workbench.study_record"
+TAG_VALUE_CHARS = 8000  # MLflow's longest tag value
 
 # a trial's outcome -> the MLflow status of its runs
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "fail": "FAILED"}

@@ -1,4 +1,5 @@
-"""Sweep specs: YAML files in ``sweeps/``, validated with pydantic, resolved into studies.
+"""Sweep specs: YAML files in ``sweeps/``, validated with pydantic, resolved into studies; and
+report specs (``reports/``), which name sweep specs.
 
 Every problem with a spec becomes one ``SpecError`` naming the file, the key path and what is
 allowed; nothing is written before a spec has passed (see ``load``).
@@ -7,6 +8,7 @@ allowed; nothing is written before a spec has passed (see ``load``).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,8 +22,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from workbench import registry, yamlsafe
 from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
+from workbench.study_record import ReportOptions, StudyRecord
 from workbench.testbeds import Budget, Task, get_task
 from workbench.validation import SpecError, Strict, shorten, spec_error
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a sweep's or a report's name
 
 
 class Range(Strict):
@@ -81,25 +86,8 @@ class ObjectiveSpec(Strict):
                           "when maximizing) ends early; its trial is pruned as diverged")
 
 
-class TargetSpec(Strict):
-    metric: str
-    value: float
-    direction: Literal["minimize", "maximize"] = "maximize"
-
-
-class ReportOptions(Strict):
-    """What ``workbench report`` draws (all optional)."""
-
-    x_axes: list[str] = ["step", "cost/samples", "cost/grad_evals", "time/wall_seconds"]
-    metrics: list[str] | None = None  # learning curves; default: the objective's metric
-    target: TargetSpec | None = None  # steps to reach it, per method
-    aggregate: Literal["mean", "iqm", "median"] = "iqm"
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    resamples: int = Field(2000, ge=100, le=100_000)
-
-
 class SweepSpec(Strict):
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
     task: TaskSpec
     methods: dict[str, Literal["all"] | list[str | MethodEntry]]
@@ -211,6 +199,18 @@ class Sweep:
     storage: str
     notes: list[str] = field(default_factory=list)
 
+    def record_tags(self, plan: StudyPlan) -> dict[str, str]:
+        """The tags of ``plan``'s study run that the report reads instead of this spec
+        (``workbench.study_record``)."""
+        record = StudyRecord(
+            task=self.task.name, metric=self.metric, direction=self.direction,
+            at=self.spec.objective.at, metric_directions=dict(self.task.metrics),
+            seeds=self.seeds, report=self.spec.report, position=self.studies.index(plan),
+            trials=plan.n_trials,
+            space={name: json.loads(od.distribution_to_json(dist))
+                   for name, dist in plan.search_space().items()})
+        return record.to_tags()
+
 
 MAX_SEED = 2**31 - 1
 
@@ -271,7 +271,7 @@ def load(path: str | Path, storage: str | None = None) -> Sweep:
 def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             storage: str | None = None) -> Sweep:
     name = spec.name or default_name
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", name):
+    if not re.match(NAME_PATTERN, name):
         raise SpecError(source, "name", f"{shorten(name)}: allowed: a letter or digit, then up "
                                         "to 99 of [A-Za-z0-9_.-] (the file name when name is "
                                         "unset)")
@@ -437,3 +437,47 @@ def _check_requirements(source, task, where, cls, fixed, space) -> None:
 
 def _default_requirements(cls) -> frozenset[str]:
     return cls.requirements(cls.resolve({}))
+
+
+# ----------------------------------------------------------------------------- report specs
+
+
+class ReportFile(Strict):
+    """A report spec in ``reports/``: several sweeps drawn together."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    sweeps: list[str] = Field(min_length=1)
+    report: ReportOptions = ReportOptions()
+
+
+@dataclass
+class ReportPlan:
+    """What to report: a title, the sweeps, and the report's options (None for a sweep spec:
+    the report then takes the options its study runs recorded)."""
+
+    name: str
+    sweeps: list[Sweep]
+    options: ReportOptions | None
+
+
+def load_report(path: str | Path, storage: str | None = None) -> ReportPlan:
+    """A sweep spec (one sweep) or a report spec (``sweeps:``, paths relative to the spec's
+    folder's parent or to the folder itself)."""
+    data = read_yaml(path)
+    if "sweeps" not in data:
+        sweep = load(path, storage=storage)
+        return ReportPlan(sweep.name, [sweep], None)
+    try:
+        spec = ReportFile.model_validate(data)
+    except ValidationError as err:
+        raise spec_error(str(path), err) from None
+    base = Path(path).resolve().parent
+    sweeps = []
+    for i, entry in enumerate(spec.sweeps):
+        target = Path(entry) if Path(entry).is_absolute() else base.parent / entry
+        if not target.is_file():
+            target = base / entry
+        if not target.is_file():
+            raise SpecError(str(path), f"sweeps[{i}]", f"no sweep spec at {shorten(entry)}")
+        sweeps.append(load(target, storage=storage))
+    return ReportPlan(spec.name, sweeps, spec.report)

@@ -5,6 +5,9 @@ edge of the statistical precipice", NeurIPS 2021) where it has a definition.
   ``scipy.stats.trim_mean(x, 0.25)``).
 - ``bootstrap_ci``: percentile bootstrap interval of an aggregate; with ``strata`` (one label
   per value, e.g. the task) values are resampled within each stratum (stratified bootstrap).
+- ``bootstrap_band``: the same interval at every point of a curve (rows = runs resampled
+  together, columns = points), and ``best_of_k_band`` for ``expected_best_of_k``'s curve.
+  Every resample of the workbench is drawn here, by ``resample_indices``.
 - ``performance_profile``: the fraction of runs at least as good as each threshold tau.
 - ``probability_of_improvement``: P(X > Y) for a random run of each method, the Mann-Whitney
   U statistic over n*m (ties count one half), averaged over tasks.
@@ -40,11 +43,32 @@ def aggregate(values, how: str) -> float:
 
 
 def _aggregate_rows(samples: np.ndarray, how: str) -> np.ndarray:
+    """The aggregate over axis 1 (the values of one resample)."""
     if how == "mean":
         return samples.mean(axis=1)
     if how == "median":
         return np.median(samples, axis=1)
     return stats.trim_mean(samples, 0.25, axis=1)
+
+
+def resample_indices(n: int, resamples: int, rng: np.random.Generator,
+                     strata: Sequence | None = None) -> np.ndarray:
+    """``resamples`` x ``n`` indices drawn with replacement; with ``strata`` (a label per
+    value) each stratum's indices are drawn within it, its columns kept together in the
+    stratum's first-seen order."""
+    if strata is None:
+        return rng.integers(0, n, size=(resamples, n))
+    labels = np.asarray(strata)
+    parts = []
+    for label in dict.fromkeys(labels.tolist()):
+        members = np.flatnonzero(labels == label)
+        parts.append(members[rng.integers(0, members.size, size=(resamples, members.size))])
+    return np.concatenate(parts, axis=1)
+
+
+def _percentiles(stat: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1.0 - confidence) / 2.0
+    return np.quantile(stat, alpha, axis=0), np.quantile(stat, 1.0 - alpha, axis=0)
 
 
 def bootstrap_ci(values, how: str = "mean", confidence: float = 0.95, resamples: int = 2000,
@@ -55,19 +79,34 @@ def bootstrap_ci(values, how: str = "mean", confidence: float = 0.95, resamples:
     if x.size < 2 or not np.all(np.isfinite(x)):
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    if strata is None:
-        samples = x[rng.integers(0, x.size, size=(resamples, x.size))]
-    else:
-        labels = np.asarray(strata)
-        parts = []
-        for label in dict.fromkeys(labels.tolist()):
-            group = x[labels == label]
-            parts.append(group[rng.integers(0, group.size, size=(resamples, group.size))])
-        samples = np.concatenate(parts, axis=1)
-    stat = _aggregate_rows(samples, how)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(stat, [alpha, 1.0 - alpha])
+    stat = _aggregate_rows(x[resample_indices(x.size, resamples, rng, strata)], how)
+    low, high = _percentiles(stat, confidence)
     return float(low), float(high)
+
+
+def bootstrap_band(values, how: str = "mean", confidence: float = 0.95,
+                   resamples: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap band of a curve's aggregate over runs: ``values`` is runs x points;
+    runs (rows) are resampled whole, and the band is taken at every point. A single run is its
+    own band."""
+    v = np.asarray(values, dtype=float)
+    if v.shape[0] < 2:
+        return v[0], v[0]
+    rng = np.random.default_rng(seed)
+    samples = v[resample_indices(v.shape[0], resamples, rng)]  # resamples x runs x points
+    return _percentiles(_aggregate_rows(samples, how), confidence)
+
+
+def best_of_k_band(values, direction: str = "maximize", confidence: float = 0.95,
+                   resamples: int = 200,
+                   seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap band of ``expected_best_of_k`` over resampled trials; ``seed`` may
+    be a generator shared by several bands (drawn in turn)."""
+    v = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = resample_indices(v.size, resamples, rng)
+    curves = np.array([expected_best_of_k(v[p], direction) for p in picks])
+    return _percentiles(curves, confidence)
 
 
 def performance_profile(values, taus, direction: str = "maximize") -> np.ndarray:

@@ -24,9 +24,12 @@ def setup(sweep: Sweep, store: Store) -> None:
         for plan in sweep.studies:
             study = optuna.create_study(study_name=plan.name, storage=storage,
                                         direction=sweep.direction, load_if_exists=True)
-            if "mlflow_run_id" in study.user_attrs:
+            record = sweep.record_tags(plan)  # what the report reads instead of the spec
+            if "mlflow_run_id" in study.user_attrs:  # rewritten: the spec's latest, or missing
+                for key, value in record.items():
+                    client.set_tag(study.user_attrs["mlflow_run_id"], key, value)
                 continue
-            tags = {**runs.provenance(), **plan_tags(sweep, plan),
+            tags = {**runs.provenance(), **plan_tags(sweep, plan), **record,
                     runs.KIND: runs.STUDY, "optuna.study_name": plan.name,
                     "optuna.study_id": study._study_id}
             run_id = runs.start_run(client, experiment_id, plan.label, tags=tags,

@@ -1,0 +1,22 @@
+"""Reports rebuilt from the store alone: figures, tables and their provenance.
+
+``build(sweeps, out_dir)`` reads each sweep's runs with a handful of SQL queries
+(``workbench.results``) and what its study runs recorded in place of the spec
+(``workbench.study_record``): the report imports neither the spec nor a testbed. It writes:
+
+- ``curves_<metric>_<axis>.{png,pdf}``, ``final``, ``profiles``, ``best_of_k`` and
+  ``sensitivity_<sweep>`` (``figures``);
+- ``table_<sweep>.{md,tex,html,csv}`` and ``poi_<sweep>.{md,csv}`` (``tables``);
+- a ``.json`` beside every file (query, run ids, git commits, statistics settings, time),
+  ``provenance.json`` for the whole report (``provenance``), and ``index.html`` showing
+  everything (``index``).
+
+The best trial is chosen on the same seeds it is reported on (as the tuning saw them);
+captions say so. Modules: ``data`` (what is read back), ``figures``, ``tables``,
+``provenance``, ``index``, ``folder`` (file names, atomic replacement), ``entry`` (``build``).
+"""
+
+from workbench.report.data import ReportError, SweepRef
+from workbench.report.entry import build
+
+__all__ = ["ReportError", "SweepRef", "build"]

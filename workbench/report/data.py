@@ -1,0 +1,231 @@
+"""What the report rebuilds from the store, and nothing else: a sweep's runs, params and metric
+history (a handful of SQL queries, ``workbench.results``), each study's record
+(``workbench.study_record``, written by the engine in place of the spec), and per study (one
+method of the report) its trials, its best trial and that trial's seeds; then curves on a common
+grid, steps to a target and scores pooled across sweeps.
+
+The best trial is the best objective among complete trials, on the same seeds it is reported on
+(as the tuning saw them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna.distributions as od
+import pandas as pd
+
+from workbench import results, runs, stats
+from workbench.store import Store, redact
+from workbench.study_record import ReportOptions, StudyRecord, TargetSpec
+from workbench.validation import SpecError, shorten
+
+GRID_POINTS = 100
+
+
+class ReportError(RuntimeError):
+    """Nothing to report: the store or the sweep's runs are missing (or the output folder is
+    not a report)."""
+
+
+@dataclass(frozen=True)
+class SweepRef:
+    """A sweep to report: its name and the URL of the store that holds it."""
+
+    name: str
+    storage: str
+
+
+@dataclass
+class MethodData:
+    label: str
+    fidelity: str
+    trials: pd.DataFrame  # one row per trial run: run_id, status, number, objective, reason
+    best_run: str | None
+    seeds: pd.DataFrame  # the best trial's seed runs: run_id, seed, objective
+    space: dict[str, od.BaseDistribution]
+    n_trials: int  # the trials the study asks for
+
+
+@dataclass
+class SweepData:
+    name: str
+    storage: str
+    experiment: str
+    record: StudyRecord  # the sweep's objective, seeds and options (from its first study)
+    options: ReportOptions  # the report's, or else the sweep's own
+    runs: pd.DataFrame
+    params: pd.DataFrame
+    history: pd.DataFrame
+    methods: list[MethodData] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        return self.record.metric
+
+    @property
+    def direction(self) -> str:
+        return self.record.direction
+
+
+def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData:
+    """Everything the report draws of one sweep; ``options`` None: the sweep's own, as its
+    study runs recorded them."""
+    store = Store.from_url(ref.storage)
+    if not store.exists():
+        raise ReportError(f"no store at {redact(ref.storage)}; run `workbench sweep` first")
+    experiment = results.experiment_id(store, ref.name)
+    if experiment is None:
+        raise ReportError(f"the store has no runs of sweep {ref.name!r}")
+    frame = results.runs(store, experiment)
+    if runs.KIND not in frame or not (frame[runs.KIND] == runs.SEED).any():
+        raise ReportError(f"sweep {ref.name!r} has no runs yet")
+    studies = study_records(ref.name, frame)
+    record = studies[0][1]
+    options = options if options is not None else record.report
+    keys = {record.metric, "objective", *(options.metrics or []),
+            *(a for a in options.x_axes if a != "step")}
+    if options.target:
+        keys.add(options.target.metric)
+    history = results.metric_history(store, experiment, sorted(keys))
+    history["run_id"] = history["run_id"].astype(str)
+    history["key"] = history["key"].astype(str)
+    data = SweepData(ref.name, ref.storage, experiment, record, options, frame,
+                     results.params(store, experiment), history)
+    objective = history[history["key"] == "objective"].groupby("run_id")["value"].last()
+    for study, study_record in studies:
+        data.methods.append(_method(data, study, study_record, objective))
+    return data
+
+
+def study_records(sweep: str, frame: pd.DataFrame) -> list[tuple[pd.Series, StudyRecord]]:
+    """Each study run with its record, in the sweep's order; a study without one (written by
+    an older workbench) is a SpecError that says to rerun the sweep."""
+    found, missing = [], []
+    for _, study in frame[frame[runs.KIND] == runs.STUDY].iterrows():
+        name = str(study.get(runs.STUDY_NAME))
+        try:
+            record = StudyRecord.from_tags(study)
+        except ValueError as err:
+            raise SpecError(f"sweep {sweep}", f"study {name}",
+                            f"its {runs.STUDY_RECORD} tag is unreadable "
+                            f"({shorten(str(err))}); rerun `workbench sweep` on the sweep's "
+                            "spec to rewrite it") from None
+        if record is None:
+            missing.append(name)
+        else:
+            found.append((study, record))
+    if missing:
+        raise SpecError(f"sweep {sweep}", "",
+                        f"{_studies(missing)} written by an older workbench: no "
+                        f"{runs.STUDY_RECORD} tag, which the report reads in place of the "
+                        "spec; rerun `workbench sweep` on the sweep's spec to add it (a "
+                        "complete sweep runs no trial again), then the report")
+    if not found:
+        raise ReportError(f"sweep {sweep!r} has no study runs")
+    return sorted(found, key=lambda pair: (pair[1].position, str(pair[0][runs.STUDY_NAME])))
+
+
+def _studies(names: list[str]) -> str:
+    """``study A was`` or ``studies A, B were`` (five named at most)."""
+    shown = ", ".join(shorten(n, 120) for n in names[:5])
+    if len(names) > 5:
+        shown += f" and {len(names) - 5} more"
+    return f"study {shown} was" if len(names) == 1 else f"studies {shown} were"
+
+
+def _method(data: SweepData, study: pd.Series, record: StudyRecord,
+            objective: pd.Series) -> MethodData:
+    frame = data.runs
+    trials = frame[(frame[runs.KIND] == runs.TRIAL)
+                  & (frame[runs.STUDY_NAME] == study[runs.STUDY_NAME])].copy()
+    trials["objective"] = trials["run_id"].map(objective)
+    trials["number"] = trials["optuna.trial_number"].astype(int)
+    trials["reason"] = trials.get(runs.PRUNE_REASON)
+    done = trials[(trials["status"] == runs.FINISHED) & trials["objective"].notna()]
+    best_run, seeds = None, pd.DataFrame(columns=["run_id", "seed", "objective"])
+    if not done.empty:
+        pick = (done["objective"].idxmin() if record.direction == "minimize"
+                else done["objective"].idxmax())
+        best_run = done.loc[pick, "run_id"]
+        seeds = frame[(frame[runs.KIND] == runs.SEED)
+                     & (frame["mlflow.parentRunId"] == best_run)
+                     & (frame["status"] == runs.FINISHED)].copy()
+        seeds["seed"] = seeds[runs.SEED_TAG].astype(int)
+        seeds["objective"] = seeds["run_id"].map(objective)
+    tagged = set(trials.get(runs.FIDELITY, pd.Series(dtype=str)).dropna().unique())
+    fidelity = tagged or {study.get(runs.FIDELITY)}
+    space = {name: od.json_to_distribution(json.dumps(dist))
+             for name, dist in record.space.items()}
+    return MethodData(str(study[runs.METHOD]),
+                      fidelity.pop() if len(fidelity) == 1 else "mixed",
+                      trials.sort_values("number"), best_run, seeds.sort_values("seed"), space,
+                      record.trials)
+
+
+def curve_on_grid(d: SweepData, run_ids: list[str], metric: str, axis: str):
+    """Each run's curve of ``metric`` against ``axis`` interpolated onto a common grid over the
+    range every run covers: (grid, runs x points), or (None, None) where a run has none."""
+    h = d.history[d.history["run_id"].isin(run_ids)]
+    series = []
+    for run_id in run_ids:
+        y = h[(h["run_id"] == run_id) & (h["key"] == metric)].set_index("step")["value"]
+        if y.empty:
+            return None, None
+        if axis == "step":
+            x = y.index.to_numpy(dtype=float)
+        else:
+            xs = h[(h["run_id"] == run_id) & (h["key"] == axis)].set_index("step")["value"]
+            joined = pd.concat([xs.rename("x"), y.rename("y")], axis=1).dropna()
+            if joined.empty:
+                return None, None
+            x, y = joined["x"].to_numpy(), joined["y"]
+        series.append((np.maximum.accumulate(x), y.to_numpy(dtype=float)))
+    end = min(x[-1] for x, _ in series)
+    start = max(x[0] for x, _ in series)
+    if not end > start:
+        return None, None
+    grid = np.linspace(start, end, GRID_POINTS)
+    return grid, np.vstack([np.interp(grid, x, y) for x, y in series])
+
+
+def steps_to_target(d: SweepData, m: MethodData, target: TargetSpec) -> tuple[float, int]:
+    """The median first step at which the best trial's seeds reach ``target`` (over those
+    that do; NaN when none does) and how many never do."""
+    if m.seeds.empty:
+        return math.nan, 0
+    h = d.history[(d.history["key"] == target.metric)]
+    reached = []
+    for run_id in m.seeds["run_id"]:
+        run = h[h["run_id"] == run_id]
+        reached.append(stats.steps_to_target(run["step"], run["value"], target.value,
+                                             target.direction))
+    reached = np.asarray(reached)
+    hits = reached[np.isfinite(reached)]
+    return (float(np.median(hits)) if hits.size else math.nan,
+            int(np.sum(~np.isfinite(reached))))
+
+
+def pooled_scores(sweeps: Iterable[SweepData]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """Per method present in every sweep: its runs' scores normalised per sweep to [0, 1]
+    (1 = the best run of any method on that sweep, 0 = the worst) and the sweep of each, the
+    strata of the bootstrap."""
+    sweeps = list(sweeps)
+    common = set.intersection(*({m.label for m in d.methods if not m.seeds.empty}
+                                for d in sweeps))
+    pooled: dict[str, tuple[list, list]] = {label: ([], []) for label in sorted(common)}
+    for d in sweeps:
+        values = pd.concat([m.seeds["objective"] for m in d.methods if m.label in common])
+        low, high = float(values.min()), float(values.max())
+        span = (high - low) or 1.0
+        for m in d.methods:
+            if m.label in common:
+                v = m.seeds["objective"].to_numpy(dtype=float)
+                score = (v - low) / span if d.direction == "maximize" else (high - v) / span
+                pooled[m.label][0].extend(score)
+                pooled[m.label][1].extend([d.name] * len(v))
+    return {k: (np.asarray(v), s) for k, (v, s) in pooled.items()}

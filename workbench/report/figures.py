@@ -1,0 +1,257 @@
+"""The report's figures, one function each; each returns a ``Drawing`` (or None when there is
+nothing to draw) for ``entry`` to save beside its provenance.
+
+- ``curves``: learning curves of each method's best trial on a common x-grid (each seed
+  interpolated onto the grid, then aggregated), with bootstrap bands;
+- ``final``: the objective per method (aggregate with its bootstrap interval), and across
+  several sweeps the normalised scores with a stratified bootstrap;
+- ``profiles``: performance profiles (fraction of runs at least as good as tau);
+- ``best_of_k``: the expected best objective after k trials, with a bootstrap band;
+- ``sensitivity``: the objective against each tuned hyperparameter, per method.
+
+Every interval is drawn by ``workbench.stats``. No pyplot: no backend, no global state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import optuna.distributions as od
+import pandas as pd
+from matplotlib.figure import Figure
+
+from workbench import runs, stats
+from workbench.report import folder
+from workbench.report.data import SweepData, curve_on_grid, pooled_scores
+from workbench.study_record import ReportOptions
+
+# Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
+PALETTE = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
+           "#882255", "#AA4499", "#DDDDDD"]
+STYLES = ["-", "--", ":", "-."]
+UNITS = {"step": "step (optimizer updates)", "cost/samples": "samples seen",
+         "cost/grad_evals": "gradient evaluations", "cost/loss_evals": "loss evaluations",
+         "time/wall_seconds": "wall seconds (optimizer time)", "cost/tokens": "tokens"}
+BAND_RESAMPLES = 1000  # at most, per learning-curve band
+BEST_OF_K_RESAMPLES = 200
+
+
+@dataclass
+class Drawing:
+    stem: str  # the file name without suffix
+    figure: Figure
+    run_ids: list[str]  # the runs it shows
+    sweeps: list[SweepData]
+
+
+class Style:
+    """One colour and line style per method label, the same in every figure."""
+
+    def __init__(self, labels):
+        self.of = {label: (PALETTE[i % len(PALETTE)], STYLES[i // len(PALETTE) % 4])
+                   for i, label in enumerate(sorted(set(labels)))}
+
+    def colour(self, label: str) -> str:
+        return self.of[label][0]
+
+    def line(self, ax, label: str, x, y, **kwargs):
+        colour, style = self.of[label]
+        return ax.plot(x, y, color=colour, linestyle=style, label=label, **kwargs)
+
+
+def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptions,
+           style: Style) -> Drawing | None:
+    fig, axes = _axes(len(sweeps))
+    used, drawn = [], False
+    for ax, d in zip(axes, sweeps, strict=True):
+        for m in d.methods:
+            if m.seeds.empty:
+                continue
+            grid, values = curve_on_grid(d, m.seeds["run_id"].tolist(), metric, axis)
+            if grid is None:
+                continue
+            centre = np.array([stats.aggregate(values[:, j], options.aggregate)
+                               for j in range(values.shape[1])])
+            low, high = stats.bootstrap_band(values, options.aggregate, options.confidence,
+                                             min(options.resamples, BAND_RESAMPLES))
+            style.line(ax, m.label, grid, centre)
+            ax.fill_between(grid, low, high, color=style.colour(m.label), alpha=0.18,
+                            linewidth=0)
+            ax.lines[-1].set_label(f"{m.label} (n={values.shape[0]})")
+            used += m.seeds["run_id"].tolist()
+            drawn = True
+        if d.record.metric_directions.get(metric) == "minimize":
+            _log_if_wide(ax, d.history[d.history["key"] == metric]["value"], "y")
+        ax.set_xlabel(UNITS.get(axis, axis))
+        ax.set_ylabel(metric)
+        ax.set_title(f"{d.name}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2 if len(d.methods) > 7 else 1)
+    fig.suptitle(f"{metric} of each method's best trial: {options.aggregate} over "
+                 f"seeds (n in legend),\n{options.confidence:.0%} bootstrap band", fontsize=9)
+    fig.tight_layout()
+    return Drawing(folder.curves_stem(metric, axis), fig, used, sweeps) if drawn else None
+
+
+def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Drawing:
+    several = len(sweeps) > 1
+    fig, axes = _axes(len(sweeps) + several, width=5.5)
+    used = []
+    if several:
+        _final_across(axes[-1], sweeps, options, style)
+    for ax, d in zip(axes, sweeps, strict=False):
+        methods = [m for m in d.methods if not m.seeds.empty]
+        for i, m in enumerate(methods):
+            values = m.seeds["objective"]
+            centre = stats.aggregate(values, options.aggregate)
+            low, high = stats.bootstrap_ci(values, options.aggregate, options.confidence,
+                                           options.resamples)
+            err = None if math.isnan(low) else [[centre - low], [high - centre]]
+            ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(m.label), capsize=3)
+            used += m.seeds["run_id"].tolist()
+        ax.set_yticks(range(len(methods)),
+                      [f"{m.label}{' †' if m.fidelity != 'reference-checked' else ''} "
+                       f"(n={len(m.seeds)})" for m in methods])
+        ax.set_xlabel(f"{d.metric} ({d.record.at}; "
+                      f"{'lower' if d.direction == 'minimize' else 'higher'} is better)")
+        if methods and d.direction == "minimize":
+            _log_if_wide(ax, pd.concat([m.seeds["objective"] for m in methods]), "x")
+        ax.set_title(d.name, fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle(f"{options.aggregate.upper()} over seeds of each method's best "
+                 f"trial, {options.confidence:.0%} bootstrap CI", fontsize=10)
+    fig.tight_layout()
+    return Drawing("final", fig, used, sweeps)
+
+
+def _final_across(ax, sweeps: list[SweepData], options: ReportOptions, style: Style) -> None:
+    pooled = pooled_scores(sweeps)
+    for i, (label, (scores, strata)) in enumerate(pooled.items()):
+        centre = stats.aggregate(scores, options.aggregate)
+        low, high = stats.bootstrap_ci(scores, options.aggregate, options.confidence,
+                                       options.resamples, strata=strata)
+        err = None if math.isnan(low) else [[centre - low], [high - centre]]
+        ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(label), capsize=3)
+    ax.set_yticks(range(len(pooled)), [f"{k} (n={len(v[0])})" for k, v in pooled.items()])
+    ax.set_xlabel("normalised score per sweep (1 = best run, 0 = worst; higher is better)")
+    ax.set_title(f"all {len(sweeps)} sweeps: stratified bootstrap", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
+    fig, axes = _axes(len(sweeps), width=5.5)
+    used = []
+    for ax, d in zip(axes, sweeps, strict=True):
+        methods = [m for m in d.methods if not m.seeds.empty]
+        everything = np.concatenate([m.seeds["objective"].to_numpy(dtype=float)
+                                     for m in methods]) if methods else np.array([])
+        everything = everything[np.isfinite(everything)]
+        if everything.size == 0:
+            continue
+        log = (d.direction == "minimize" and (everything > 0).all()
+               and everything.max() > 20 * everything.min())
+        taus = (np.geomspace(everything.min(), everything.max(), 200) if log
+                else np.linspace(everything.min(), everything.max(), 200))
+        for m in methods:
+            frac = stats.performance_profile(m.seeds["objective"], taus, d.direction)
+            style.line(ax, m.label, taus, frac, drawstyle="steps-post")
+            ax.lines[-1].set_label(f"{m.label} (n={len(m.seeds)})")
+            used += m.seeds["run_id"].tolist()
+        if log:
+            ax.set_xscale("log")
+        sign = "≤" if d.direction == "minimize" else "≥"
+        ax.set_xlabel(f"threshold τ on {d.metric}")
+        ax.set_ylabel(f"fraction of runs with score {sign} τ")
+        ax.set_title(d.name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Performance profiles of each method's best trial over seeds", fontsize=10)
+    fig.tight_layout()
+    return Drawing("profiles", fig, used, sweeps)
+
+
+def best_of_k(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Drawing:
+    fig, axes = _axes(len(sweeps), width=5.5)
+    used = []
+    rng = np.random.default_rng(0)  # one stream for every band, drawn in turn
+    for ax, d in zip(axes, sweeps, strict=True):
+        for m in d.methods:
+            values = m.trials[m.trials["status"] == runs.FINISHED]["objective"].dropna()
+            values = values.to_numpy(dtype=float)
+            if values.size == 0:
+                continue
+            curve = stats.expected_best_of_k(values, d.direction)
+            k = np.arange(1, values.size + 1)
+            style.line(ax, m.label, k, curve, marker=".")
+            ax.lines[-1].set_label(f"{m.label} ({values.size} complete trials)")
+            if values.size > 1:
+                low, high = stats.best_of_k_band(values, d.direction, options.confidence,
+                                                 BEST_OF_K_RESAMPLES, seed=rng)
+                ax.fill_between(k, low, high, color=style.colour(m.label), alpha=0.15,
+                                linewidth=0)
+            used += m.trials["run_id"].tolist()
+        ax.set_xlabel("k (trials of tuning)")
+        ax.set_ylabel(f"expected best {d.metric}")
+        ax.set_title(d.name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Tuning budget: expected best objective after k trials (Dodge et al. "
+                 "2019), bootstrap band over trials", fontsize=10)
+    fig.tight_layout()
+    return Drawing("best_of_k", fig, used, sweeps)
+
+
+def sensitivity(d: SweepData, style: Style) -> Drawing | None:
+    tuned = [(m, name) for m in d.methods for name in m.space]
+    if not tuned:
+        return None
+    cols = min(4, len(tuned))
+    rows = math.ceil(len(tuned) / cols)
+    fig = Figure(figsize=(4 * cols, 3.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    used = []
+    params = d.params.set_index("run_id") if "run_id" in d.params else pd.DataFrame()
+    for ax, (m, name) in zip(axes.flat, tuned, strict=False):
+        done = m.trials[(m.trials["status"] == runs.FINISHED) & m.trials["objective"].notna()]
+        raw = params.reindex(done["run_id"]).get(name, pd.Series(dtype=object))
+        dist = m.space[name]
+        if isinstance(dist, od.CategoricalDistribution):
+            labels = [str(c) for c in dist.choices]
+            x = [labels.index(str(v)) if str(v) in labels else np.nan for v in raw]
+            ax.set_xticks(range(len(labels)), labels)
+        else:
+            x = pd.to_numeric(raw, errors="coerce").to_numpy()
+            if getattr(dist, "log", False):
+                ax.set_xscale("log")
+        ax.scatter(x, done["objective"], color=style.colour(m.label), s=18)
+        used += done["run_id"].tolist()
+        ax.set_title(f"{m.label}: {name.split('.', 1)[-1]}", fontsize=9)
+        ax.set_ylabel(d.metric, fontsize=8)
+        if d.direction == "minimize":
+            _log_if_wide(ax, done["objective"], "y")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(tuned):]:
+        ax.axis("off")
+    fig.suptitle(f"{d.name}: objective of every complete trial against each tuned "
+                 "hyperparameter", fontsize=10)
+    fig.tight_layout()
+    return Drawing(folder.sensitivity_stem(d.name), fig, used, [d])
+
+
+def _axes(count: int, width: float = 6.0):
+    fig = Figure(figsize=(max(width * count, 8.0), 4.6))
+    axes = fig.subplots(1, count, squeeze=False)
+    return fig, axes[0]
+
+
+def _log_if_wide(ax, values, which: str) -> None:
+    """A log scale when every value is positive and they span more than a factor of 20."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna().to_numpy()
+    v = v[np.isfinite(v)]
+    positive = v[v > 0]
+    # rounding can put a converged suboptimality at 0 or just below: those points are masked
+    if positive.size >= 0.5 * max(v.size, 1) and positive.size and \
+            positive.max() > 20 * positive.min():
+        (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive="mask")

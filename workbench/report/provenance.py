@@ -1,0 +1,44 @@
+"""Provenance: beside every figure and table a JSON file with the query that read it (store,
+experiments, filters), its run ids, their git commits, the statistics settings and the time the
+report was built; ``provenance.json`` says the same for the whole report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.report.data import SweepData
+from workbench.store import redact
+from workbench.study_record import ReportOptions
+
+
+class Provenance:
+    def __init__(self, options: ReportOptions):
+        self.options = options
+        self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+    def settings(self) -> dict:
+        o = self.options
+        return {"aggregate": o.aggregate, "confidence": o.confidence, "resamples": o.resamples,
+                "bootstrap": "percentile; stratified over sweeps where several", "seed": 0,
+                "best_trial": "best objective among complete trials, on the same seeds"}
+
+    def write(self, path: Path, run_ids, sweeps: list[SweepData]) -> None:
+        """``path`` with the suffix ``.json``: the provenance of the file at ``path``."""
+        runs = pd.concat([d.runs for d in sweeps])
+        used = runs[runs["run_id"].isin(set(run_ids))]
+        record = {
+            "artifact": path.name, "created": self.created,
+            "query": {"store": sorted({redact(d.storage) for d in sweeps}),
+                      "experiments": {d.name: d.experiment for d in sweeps},
+                      "filters": "runs.lifecycle_stage = 'active'; tags workbench.kind in "
+                                 "(study, trial, seed)"},
+            "run_ids": sorted(set(run_ids)),
+            "git_commits": sorted(used.get("git.commit", pd.Series(dtype=str)).dropna()
+                                  .unique().tolist()),
+            "statistics": self.settings(),
+        }
+        path.with_suffix(".json").write_text(json.dumps(record, indent=1))
