@@ -373,6 +373,8 @@ FOUND = {
         ["sweep", "spec.yaml", "--quiet", "--storage", "postgresql://nobody@127.0.0.1:1/x"],
         tiny_spec()),
     "report spec naming no sweeps": (["report", "spec.yaml"], {"name": "r", "sweeps": []}),
+    "report into a folder that is not a report": (["report", "spec.yaml", "--out", "."],
+                                                   tiny_spec()),
     "malformed cuda device (sweep)": (["sweep", "spec.yaml", "--device", "cuda:x"], tiny_spec()),
     "malformed cuda device (run)": (
         ["run", "logreg", "step_size=constant", "--steps", "2", "--device", "cuda:x"], None),

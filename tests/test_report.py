@@ -123,7 +123,7 @@ def test_across_sweeps_scores_are_normalised_and_stratified(swept, tmp_path):
 # ------------------------------------------------- the report reads the store, not the spec
 
 NOT_IMPORTABLE = ["workbench.spec", "workbench.testbeds", "workbench.engine", "workbench.cli",
-                  "transformers", "torch"]
+                  "transformers"]
 BUILD_WITHOUT_SPEC = f"""
 import sys
 for name in {NOT_IMPORTABLE!r}:

@@ -344,9 +344,13 @@ def cmd_report(args) -> int:
     else:
         plan = spec.load_report(args.spec, storage=args.storage)
         refs = [report.SweepRef(sweep.name, sweep.storage) for sweep in plan.sweeps]
+    out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
+    try:
+        report.replaceable(out)
+    except report.ReportError as err:
+        raise UsageError(f"--out: {err}") from None
     for url in dict.fromkeys(ref.storage for ref in refs):
         _reachable(url)
-    out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
         written = report.build(refs, out, title=plan.name, options=plan.options)
     except report.ReportError as err:

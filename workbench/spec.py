@@ -452,8 +452,9 @@ class ReportFile(Strict):
 
 @dataclass
 class ReportPlan:
-    """What to report: a title, the sweeps, and the report's options (None for a sweep spec:
-    the report then takes the options its study runs recorded)."""
+    """What to report: a title, the sweeps, and the report's options (a sweep spec's own
+    ``report:`` section, so an edit to it shows at once; None where no spec is given: the
+    report then takes the options its study runs recorded)."""
 
     name: str
     sweeps: list[Sweep]
@@ -466,7 +467,7 @@ def load_report(path: str | Path, storage: str | None = None) -> ReportPlan:
     data = read_yaml(path)
     if "sweeps" not in data:
         sweep = load(path, storage=storage)
-        return ReportPlan(sweep.name, [sweep], None)
+        return ReportPlan(sweep.name, [sweep], sweep.spec.report)
     try:
         spec = ReportFile.model_validate(data)
     except ValidationError as err:

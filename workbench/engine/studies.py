@@ -25,9 +25,8 @@ def setup(sweep: Sweep, store: Store) -> None:
             study = optuna.create_study(study_name=plan.name, storage=storage,
                                         direction=sweep.direction, load_if_exists=True)
             record = sweep.record_tags(plan)  # what the report reads instead of the spec
-            if "mlflow_run_id" in study.user_attrs:  # rewritten: the spec's latest, or missing
-                for key, value in record.items():
-                    client.set_tag(study.user_attrs["mlflow_run_id"], key, value)
+            if "mlflow_run_id" in study.user_attrs:
+                _record_if_missing(client, study.user_attrs["mlflow_run_id"], record)
                 continue
             tags = {**runs.provenance(), **plan_tags(sweep, plan), **record,
                     runs.KIND: runs.STUDY, "optuna.study_name": plan.name,
@@ -39,6 +38,14 @@ def setup(sweep: Sweep, store: Store) -> None:
             study.set_user_attr("sweep", sweep.name)
             study.set_user_attr("combination", plan.combination)
             study.set_user_attr("n_trials", plan.n_trials)
+
+
+def _record_if_missing(client, run_id: str, record: dict[str, str]) -> None:
+    """Give a study run written by an older workbench its record; never rewrite one, since the
+    trials it holds ran under the spec it records."""
+    if runs.STUDY_RECORD not in client.get_run(run_id).data.tags:
+        for key, value in record.items():
+            client.set_tag(run_id, key, value)
 
 
 def plan_tags(sweep: Sweep, plan: StudyPlan) -> dict[str, str]:

@@ -18,5 +18,6 @@ captions say so. Modules: ``data`` (what is read back), ``figures``, ``tables``,
 
 from workbench.report.data import ReportError, SweepRef
 from workbench.report.entry import build
+from workbench.report.folder import replaceable
 
-__all__ = ["ReportError", "SweepRef", "build"]
+__all__ = ["ReportError", "SweepRef", "build", "replaceable"]
