@@ -40,7 +40,7 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from workbench import layout, stats, tracking
+from workbench import layout, seeds, stats, tracking
 from workbench.cache import cache_root
 from workbench.objective import ObjectiveTracker
 from workbench.processes import process_alive
@@ -455,7 +455,8 @@ class Worker:
                     raise StopRun("pruned", f"{spec.pruner.name} pruner at seed {seed}, "
                                             f"step {step}")
 
-        torch.manual_seed(seed)
+        # the fallback for a library draw from torch's global RNG (testbeds use named streams)
+        torch.manual_seed(seeds.int_seed(seed, "global"))
         try:
             fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}  # no state leaks
             try:

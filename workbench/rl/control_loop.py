@@ -20,8 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
+from workbench import seeds
 from workbench.envs import BatchedEnv
 from workbench.families import BatchSlot
 from workbench.rl.batch_shape import reshape_batch
@@ -62,11 +61,12 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     if wanted is not None:
         num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     advantage_inputs = advantage_method.requirements(advantage_method.params)
-    generator = torch.Generator().manual_seed(seed + 2)
+    minibatch_order = seeds.torch_generator(seed, "minibatches")
+    action_draws = seeds.torch_generator(seed, "actions", device=device)
 
     if num_envs != env.num_envs:
         env.resize(num_envs)
-    obs = env.reset(seed=seed)
+    obs = env.reset(seed=seeds.int_seed(seed, "env"))
     env_steps, seconds, diverged = 0, 0.0, False
     recent: deque[float] = deque(maxlen=RECENT_EPISODES)
     latest_return = math.nan
@@ -77,7 +77,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         # 1. rollout
         if num_envs != env.num_envs:
             obs = env.resize(num_envs)
-        rollout, obs = collect(env, agent, obs, horizon)
+        rollout, obs = collect(env, agent, obs, horizon, action_draws)
         env_steps += rollout.size
         episodes = rollout.episode_stats()
         if episodes:
@@ -92,7 +92,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         # 4. policy update
         if settings.algorithm == "ppo":
             stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
-                               entropy_method, ppo, update, latest_return, generator)
+                               entropy_method, ppo, update, latest_return, minibatch_order)
         else:
             stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
                                      entropy_coef, entropy_method, ppo, update, latest_return)
