@@ -178,7 +178,7 @@ def generate_completions(
     stop_ids = model.generation_config.eos_token_id or tokenizer.eos_token_id
     completions: list[str] = []
     with rng:
-        if seed is not None:
+        if seed is not None:  # generate samples from the global RNG: seeded inside fork_rng
             torch.manual_seed(seed)
         for start in range(0, len(prompts), batch_size):
             batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt",
