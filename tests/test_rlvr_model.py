@@ -327,9 +327,10 @@ def test_training_lowers_the_completion_loss_and_accuracy_uses_the_checker(token
     model = build_model(TINY, tokenizer)
     losses = []
     taken, _ = warmup.train_supervised(
-        model, tokenizer, problems, steps=40, batch_size=16, lr=1e-2, seed=0,
+        model, tokenizer, problems, steps=60, batch_size=16, lr=1e-2, seed=0,
         log=lambda step, metrics: losses.append(metrics["train/loss"]))
-    assert taken == len(losses) == 40 and losses[-1] < 0.5 * losses[0]
+    # 60 steps: greedy accuracy 0.62-1.0 over initial weights 0-5 (40 steps: 0.38-0.56)
+    assert taken == len(losses) == 60 and losses[-1] < 0.5 * losses[0]
     # memorised single-digit sums: greedy decoding now answers most of the training problems
     assert warmup.greedy_accuracy(model, tokenizer, problems) >= 0.5
     with pytest.raises(ValueError, match="k=1"):

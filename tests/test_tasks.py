@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from workbench import registry
+from workbench import registry, seeds
 from workbench.testbeds import Budget
 from workbench.testbeds.optimisation.logreg import LogReg, LogRegParams, make_data
 from workbench.testbeds.optimisation.quadratic import Quadratic, QuadraticParams, make_problem
@@ -33,7 +33,7 @@ def test_logreg_data_is_seeded():
 def test_logreg_margin_separates_the_classes():
     params = LogRegParams(margin=0.5, label_noise=0.0)
     x, y = make_data(params, 0)
-    gen = torch.Generator().manual_seed(0)
+    gen = seeds.torch_generator(0, "data")  # the data set's own stream
     w_star = torch.randn(params.dim, generator=gen, dtype=torch.float64)
     w_star /= w_star.norm()
     assert float((y * (x @ w_star)).min()) >= 0.5 - 1e-12

@@ -7,7 +7,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from workbench import registry
+from workbench import registry, seeds
 from workbench.testbeds import TASKS, Budget
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
@@ -91,7 +91,7 @@ def test_large_step_gd_on_the_worst_case_needs_steps_growing_with_n():
 def test_gaussian_data_is_the_original_generator():
     """The default data set draws exactly what logreg drew before data sets were added."""
     params = LogRegParams(n_samples=50, dim=6, margin=0.3, label_noise=0.1)
-    gen = torch.Generator().manual_seed(11)
+    gen = seeds.torch_generator(11, "data")  # seed 11's data stream
     w_star = torch.randn(6, generator=gen, dtype=torch.float64)
     w_star /= w_star.norm()
     x = torch.randn(50, 6, generator=gen, dtype=torch.float64)

@@ -212,7 +212,7 @@ def _parse_value(text: str):
 def cmd_run(args) -> int:
     import torch
 
-    from workbench import engine, registry, spec
+    from workbench import engine, registry, seeds, spec
     from workbench.testbeds import Budget, get_task
 
     source = "workbench run"
@@ -255,7 +255,7 @@ def cmd_run(args) -> int:
     sweep = spec.resolve(checked, source)
     methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
     device = engine.resolve_device(args.device)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seeds.int_seed(args.seed, "global"))  # as the engine does
     started = time.perf_counter()
     result = task().run(sweep.task_params, methods, seed=args.seed, device=device,
                         budget=Budget(steps=steps), log=lambda step, metrics: None)

@@ -16,7 +16,7 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from workbench import runs, stats
+from workbench import runs, seeds, stats
 from workbench.engine.claims import Heartbeat
 from workbench.engine.monitor import Monitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
@@ -144,7 +144,8 @@ class TrialRunner:
             tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
             params={**opened.params, "seed": seed}, parent=opened.run_id)
         monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
-        torch.manual_seed(seed)
+        # the fallback for a library draw from torch's global RNG (testbeds use named streams)
+        torch.manual_seed(seeds.int_seed(seed, "global"))
         try:
             # fresh methods per seed: no state leaks from one seed to the next
             fresh = {slot: type(m)(**m.params) for slot, m in opened.methods.items()}

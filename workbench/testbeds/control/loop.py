@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import Field
 
+from workbench import seeds
 from workbench.families import BatchSlot, EntropySlot
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
@@ -71,11 +71,12 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     if wanted is not None:
         num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     advantage_inputs = advantage_method.requirements(advantage_method.params)
-    generator = torch.Generator().manual_seed(seed + 2)
+    minibatch_order = seeds.torch_generator(seed, "minibatches")
+    action_draws = seeds.torch_generator(seed, "actions", device=device)
 
     if num_envs != env.num_envs:
         env.resize(num_envs)
-    obs = env.reset(seed=seed)
+    obs = env.reset(seed=seeds.int_seed(seed, "env"))
     env_steps, seconds, diverged = 0, 0.0, False
     recent: deque[float] = deque(maxlen=RECENT_EPISODES)
     latest_return = math.nan
@@ -86,7 +87,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         # 1. rollout
         if num_envs != env.num_envs:
             obs = env.resize(num_envs)
-        rollout, obs = collect(env, agent, obs, horizon)
+        rollout, obs = collect(env, agent, obs, horizon, action_draws)
         env_steps += rollout.size
         episodes = rollout.episode_stats()
         if episodes:
@@ -101,7 +102,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         # 4. policy update
         if settings.algorithm == "ppo":
             stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
-                               entropy_slot, ppo, update, latest_return, generator)
+                               entropy_slot, ppo, update, latest_return, minibatch_order)
         else:
             stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
                                      entropy_coef, entropy_slot, ppo, update, latest_return)

@@ -54,15 +54,18 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, its log-probability, the policy's entropy) at each observation."""
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, its log-probability, the policy's entropy) at each observation; the action
+        is drawn with ``generator`` (on ``obs``'s device; None: torch's global RNG)."""
         out = self.actor(obs)
         if self.discrete:
             log_p = torch.log_softmax(out, dim=-1)
-            action = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+            action = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
             return action, log_p.gather(-1, action[:, None]).squeeze(-1), _entropy(log_p)
         std = self.log_std.exp()
-        action = out + std * torch.randn_like(out)
+        noise = torch.randn(out.shape, generator=generator, dtype=out.dtype, device=out.device)
+        action = out + std * noise
         return action, self._gauss_log_prob(out, action), self._gauss_entropy(out)
 
     def evaluate(self, obs: torch.Tensor,

@@ -61,9 +61,10 @@ class Rollout:
 
 
 @torch.no_grad()
-def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor,
-            horizon: int) -> tuple[Rollout, torch.Tensor]:
-    """Run ``horizon`` steps from ``obs``; returns the rollout and the observation after it."""
+def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor, horizon: int,
+            generator: torch.Generator | None = None) -> tuple[Rollout, torch.Tensor]:
+    """Run ``horizon`` steps from ``obs``, actions drawn with ``generator`` (None: torch's
+    global RNG); returns the rollout and the observation after it."""
     n, dtype, device = env.num_envs, obs.dtype, obs.device
     obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
     act_buf = None
@@ -74,7 +75,7 @@ def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor,
     ep_returns, ep_lengths, truncations = [], [], []
     for t in range(horizon):
         obs_buf[t] = obs
-        action, log_prob, entropy = agent.sample(obs)
+        action, log_prob, entropy = agent.sample(obs, generator)
         if act_buf is None:
             act_buf = torch.empty((horizon, *action.shape), dtype=action.dtype, device=device)
         act_buf[t] = action

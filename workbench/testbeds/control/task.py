@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from workbench import seeds
 from workbench.families import advantage as advantage_family
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 from workbench.testbeds.control.envs import make
@@ -67,10 +68,11 @@ class Control(Task):
 
     def _run(self, params, methods, *, seed, device, budget, log):
         dtype = getattr(torch, params.dtype)
-        env = make(params.env, params.num_envs, device=device, seed=seed, dtype=dtype,
-                   backend=params.backend)
+        env = make(params.env, params.num_envs, device=device,
+                   seed=seeds.int_seed(seed, "env"), dtype=dtype, backend=params.backend)
+        # PyTorch's default initialisation draws from the global RNG: seed it inside fork_rng
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)
+            torch.manual_seed(seeds.int_seed(seed, "init"))
             agent = ActorCritic(env.obs_dim, n_actions=env.n_actions if env.discrete else None,
                                 act_dim=None if env.discrete else env.act_dim,
                                 hidden=params.hidden, layers=params.layers)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from workbench import seeds
+
 Pair = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -16,7 +18,7 @@ def gaussian(n_samples: int, dim: int, margin: float, label_noise: float, seed: 
              dtype: torch.dtype = torch.float64) -> Pair:
     """x ~ N(0, I_d); y = sign(<x, w*>) for a random unit w*, flipped with probability
     ``label_noise``; every point pushed ``margin`` away from the boundary along y w*."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.torch_generator(seed, "data")
     w_star = torch.randn(dim, generator=gen, dtype=dtype)
     w_star /= w_star.norm()
     x = torch.randn(n_samples, dim, generator=gen, dtype=dtype)

@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
+from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
 
@@ -39,7 +40,7 @@ class LeastSquaresParams(TaskParams):
 
 def make_problem(params: LeastSquaresParams, seed: int):
     """(A, b, x*, f*, L) drawn on the CPU in float64."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.torch_generator(seed, "data")
     n, d = params.n_samples, params.dim
     u, _ = torch.linalg.qr(torch.randn(n, d, generator=gen, dtype=torch.float64))
     v, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
@@ -60,7 +61,7 @@ def build_problem(params: LeastSquaresParams, seed: int, device: torch.device,
     a, b, _, f_star, smoothness = make_problem(params, data_seed)
     dtype = getattr(torch, params.dtype)
     a, b = a.to(device, dtype), b.to(device, dtype)
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = seeds.torch_generator(seed, "init")
     x0 = params.init_scale * torch.randn(params.dim, generator=gen, dtype=torch.float64)
     x = x0.to(device, dtype).requires_grad_(True)
 

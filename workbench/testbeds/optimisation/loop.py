@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from workbench import seeds
 from workbench.families import BatchSlot, step_size_taken
 from workbench.testbeds.base import Budget, LogFn
 
@@ -71,7 +72,7 @@ class _Batches:
 
     def __init__(self, n: int, seed: int, device: torch.device):
         self.n, self.device = n, device
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = seeds.torch_generator(seed, "batches")
         self.order: torch.Tensor | None = None
         self.cursor = n
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
+from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
@@ -69,7 +70,7 @@ def make_model(params: MLPParams) -> nn.Module:
 def make_split(params: MLPParams, seed: int):
     """(x_train, y_train, x_val, y_val) on the CPU: a seeded split, standardised by train."""
     x, y = datasets.digits(torch.float32)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    order = torch.randperm(len(y), generator=seeds.torch_generator(seed, "data"))
     n_val = min(math.ceil(params.val_fraction * len(y)), len(y) - 1)
     val, tr = order[:n_val], order[n_val:]
     x_train, x_val = datasets.standardise(x[tr]), datasets.standardise(x[val], x[tr])
@@ -80,8 +81,9 @@ def build_problem(params: MLPParams, seed: int, device: torch.device,
                   total_steps: int) -> Problem:
     data_seed = seed if params.data_seed is None else params.data_seed
     x_train, y_train, x_val, y_val = (t.to(device) for t in make_split(params, data_seed))
+    # PyTorch's default initialisation draws from the global RNG: seed it inside fork_rng
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
+        torch.manual_seed(seeds.int_seed(seed, "init"))
         model = make_model(params)
     model = model.to(device)
     names = [name for name, _ in model.named_parameters()]

@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.loop import Problem, train
 
@@ -26,7 +27,7 @@ class QuadraticParams(TaskParams):
 
 def make_problem(params: QuadraticParams, seed: int):
     """(A, b, f*) drawn on the CPU in float64."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.torch_generator(seed, "data")
     d = params.dim
     q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
     eigenvalues = torch.logspace(0.0, -torch.log10(torch.tensor(params.condition_number)), d,
@@ -53,7 +54,7 @@ class Quadratic(Task):
         a, b, f_star = make_problem(params, data_seed)
         dtype = getattr(torch, params.dtype)
         a, b = a.to(device, dtype), b.to(device, dtype)
-        gen = torch.Generator().manual_seed(seed + 1)
+        gen = seeds.torch_generator(seed, "init")
         x0 = params.init_scale * torch.randn(params.dim, generator=gen, dtype=torch.float64)
         x = x0.to(device, dtype).requires_grad_(True)
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
 from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
@@ -123,7 +124,7 @@ def make_problem(params: SimplexParams, seed: int) -> tuple[_Objective, float]:
             n_samples=params.n_samples, dim=params.dim,
             condition_number=params.condition_number, noise=params.noise), seed)
         return _Objective("l1_least_squares", a, b, params.radius), smoothness
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.torch_generator(seed, "data")
     n, d = params.n_samples, params.dim
     drift = 0.02 * torch.randn(d, generator=gen, dtype=torch.float64)
     volatility = 0.05 + 0.15 * torch.rand(d, generator=gen, dtype=torch.float64)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field
 
+from workbench import seeds
 from workbench.families import (
     BatchSlot,
     EntropySlot,
@@ -168,9 +169,10 @@ def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
 
 def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.Random,
                  settings: RLSettings, prompts: int, group_size: int, pad_id: int, seed: int,
-                 device) -> tuple[Batch, dict[str, float]]:
+                 device, step: int = 0) -> tuple[Batch, dict[str, float]]:
     """Generate, verify and (with dynamic sampling) filter groups; returns the batch and
-    rollout statistics."""
+    rollout statistics. Draw d of ``step`` samples from the run's ``("rollouts", step, d)``
+    stream."""
     kept_problems: list[Problem] = []
     kept: list[Rollouts] = []
     zero_var, groups_seen, tokens, seconds = 0, 0, 0, 0.0
@@ -181,7 +183,8 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
         started = time.perf_counter()
         out = backend.generate([p.prompt for p in problems], group_size,
                                max_new_tokens=settings.max_new_tokens,
-                               temperature=settings.temperature, seed=seed * 1000 + draws)
+                               temperature=settings.temperature,
+                               seed=seeds.int_seed(seed, "rollouts", step, draws))
         seconds += time.perf_counter() - started
         tokens += sum(len(r) for r in out.response_ids)
         draws += 1
@@ -229,14 +232,16 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
 @torch.no_grad()
 def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLSettings,
              seed: int) -> dict[str, float]:
-    """Greedy pass@1 on the held-out set and sampled pass@k on its first prompts."""
+    """Greedy pass@1 on the held-out set and sampled pass@k on its first prompts (from the
+    run's ``"eval"`` stream, the same at every evaluation)."""
+    eval_seed = seeds.int_seed(seed, "eval")
     greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True,
-                              max_new_tokens=settings.max_new_tokens, seed=seed)
+                              max_new_tokens=settings.max_new_tokens, seed=eval_seed)
     accuracy = sum(is_correct(p, t) for p, t in zip(held_out, greedy.texts, strict=True))
     subset = list(held_out[:settings.eval_k_prompts])
     k = settings.eval_k
     sampled = backend.generate([p.prompt for p in subset], k, temperature=settings.temperature,
-                               max_new_tokens=settings.max_new_tokens, seed=seed + 1)
+                               max_new_tokens=settings.max_new_tokens, seed=eval_seed)
     solved = [any(is_correct(p, t) for t in sampled.texts[i * k:(i + 1) * k])
               for i, p in enumerate(subset)]
     per_sample = sum(is_correct(p, t) for p, t in zip(
@@ -264,8 +269,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     if wanted is not None:
         prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     needs = advantage_method.requirements(advantage_method.params)
-    rng = random.Random(seed)
-    generator = torch.Generator().manual_seed(seed + 2)
+    rng = random.Random(seeds.int_seed(seed, "prompts"))
+    generator = seeds.torch_generator(seed, "minibatches")
     pad_id = tokenizer.pad_token_id
 
     metrics = evaluate(backend, held_out, settings, seed)
@@ -275,7 +280,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         started = time.perf_counter()
         # 1-2. rollout and rewards
         batch, rollout_stats = sample_batch(backend, train_set, rng, settings, prompts,
-                                            group_size, pad_id, seed + step, device)
+                                            group_size, pad_id, seed, device, step)
         # 3. log-probs of the sampling policy (and the reference)
         policy.eval()
         with torch.no_grad():
@@ -287,7 +292,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         policy.train()
         mask = batch.response_mask
         # 4. advantages
-        inputs = _advantage_inputs(batch, values, needs, backend, settings, seed + step)
+        inputs = _advantage_inputs(batch, values, needs, backend, settings,
+                                    seeds.int_seed(seed, "baselines", step))
         advantages, returns = advantage_method.compute(**inputs)
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))

@@ -31,6 +31,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from workbench import seeds
 from workbench.validation import Strict
 
 # Generation overrides so that samples come from the policy's own distribution (at the given
@@ -83,7 +84,7 @@ def build_model(config: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreT
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special,
         )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
+        torch.manual_seed(seeds.int_seed(config.seed, "init"))  # from_config draws globally
         model = AutoModelForCausalLM.from_config(hf_config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -177,7 +178,7 @@ def generate_completions(
     stop_ids = model.generation_config.eos_token_id or tokenizer.eos_token_id
     completions: list[str] = []
     with rng:
-        if seed is not None:
+        if seed is not None:  # generate samples from the global RNG: seeded inside fork_rng
             torch.manual_seed(seed)
         for start in range(0, len(prompts), batch_size):
             batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt",

@@ -18,6 +18,7 @@ import torch
 from pydantic import Field, model_validator
 from transformers.utils import logging as transformers_logging
 
+from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 from workbench.testbeds.rlvr.backends import make_backend
 from workbench.testbeds.rlvr.loop import RLSettings, train
@@ -132,15 +133,18 @@ class RLVRArith(Task):
             path = warm_up(params.kind, difficulty, config, max_steps=params.warmup_steps,
                            target=params.warmup_target, batch_size=params.warmup_batch,
                            lr=params.warmup_lr, seed=params.data_seed, device=device)
-        torch.manual_seed(seed)
-        policy, tokenizer = load_policy(path, device=device)
+        # loading and the value head's construction draw initial weights from torch's global
+        # RNG (then overwritten by the checkpoint or zeroed): seed it inside fork_rng
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seeds.int_seed(seed, "init"))
+            policy, tokenizer = load_policy(path, device=device)
+            advantage = methods["advantage"]
+            value_head = None
+            if "values" in advantage.requirements(advantage.params):
+                value_head = torch.nn.Linear(policy.config.hidden_size, 1).to(device)
+                torch.nn.init.zeros_(value_head.weight)
+                torch.nn.init.zeros_(value_head.bias)
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
-        advantage = methods["advantage"]
-        value_head = None
-        if "values" in advantage.requirements(advantage.params):
-            value_head = torch.nn.Linear(policy.config.hidden_size, 1).to(device)
-            torch.nn.init.zeros_(value_head.weight)
-            torch.nn.init.zeros_(value_head.bias)
         longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
                       for p in train_set)
         settings = RLSettings.from_flat(

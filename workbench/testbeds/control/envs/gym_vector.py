@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from workbench import seeds
 from workbench.testbeds.control.envs.base import BatchedEnv, Step
 
 
@@ -36,7 +37,7 @@ class GymVectorEnv(BatchedEnv):
         self.device = torch.device(device)
         self.dtype = dtype
         self._max_steps_override = max_episode_steps
-        self._seeds = np.random.default_rng(seed)  # seeds for environments added by resize
+        self._seeds = seeds.numpy_generator(seed, "env")  # for environments added by resize
         self._vector = SyncVectorEnv([self._maker() for _ in range(num_envs)],
                                      autoreset_mode=AutoresetMode.SAME_STEP)
         single = self._vector.envs[0]
