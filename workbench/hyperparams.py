@@ -23,19 +23,24 @@ class HyperparameterError(ValueError):
     """A value or range that the declaration does not allow."""
 
 
-def _search_bounds(hp, low, high, log) -> tuple[Any, Any, bool] | None:
-    """A range's (low, high, log): the given ones over the declaration's, each end validated;
-    None where either end is missing (the parameter is then fixed)."""
-    low = hp.low if low is None else low
-    high = hp.high if high is None else high
-    log = hp.log if log is None else log
-    if low is None or high is None:
-        return None
-    return hp.validate(low), hp.validate(high), log
+class _Ranged:
+    """``distribution``: the Optuna distribution of a search over this parameter: ``choices``,
+    or the given (low, high, log) over the declaration's, each end validated; None where an
+    end is missing (the parameter is then fixed). ``_range`` checks the range per kind."""
+
+    def distribution(self, low=None, high=None, log=None, choices=None):
+        if choices is not None:
+            return od.CategoricalDistribution([self.validate(c) for c in choices])
+        low = self.low if low is None else low
+        high = self.high if high is None else high
+        log = self.log if log is None else log
+        if low is None or high is None:
+            return None
+        return self._range(self.validate(low), self.validate(high), log)
 
 
 @dataclass(frozen=True)
-class Float:
+class Float(_Ranged):
     default: float
     low: float | None = None
     high: float | None = None
@@ -71,13 +76,7 @@ class Float:
             text = "a finite number"
         return text + (f" or {self.default!r} (none)" if math.isinf(self.default) else "")
 
-    def distribution(self, low=None, high=None, log=None, choices=None):
-        if choices is not None:
-            return od.CategoricalDistribution([self.validate(c) for c in choices])
-        bounds = _search_bounds(self, low, high, log)
-        if bounds is None:
-            return None
-        low, high, log = bounds
+    def _range(self, low, high, log: bool):
         if math.isinf(low) or math.isinf(high):
             raise HyperparameterError(f"a search range needs finite ends, got [{low}, {high}]")
         if low >= high:
@@ -97,7 +96,7 @@ class Float:
 
 
 @dataclass(frozen=True)
-class Int:
+class Int(_Ranged):
     default: int
     low: int | None = None
     high: int | None = None
@@ -120,13 +119,7 @@ class Int:
     def allowed(self) -> str:
         return f"an integer in [{self.minimum}, {self.maximum}]"
 
-    def distribution(self, low=None, high=None, log=None, choices=None):
-        if choices is not None:
-            return od.CategoricalDistribution([self.validate(c) for c in choices])
-        bounds = _search_bounds(self, low, high, log)
-        if bounds is None:
-            return None
-        low, high, log = bounds
+    def _range(self, low, high, log: bool):
         if low >= high:
             raise HyperparameterError(f"low ({low}) must be below high ({high})")
         if log and low < 1:

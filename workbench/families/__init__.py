@@ -6,6 +6,7 @@ may ``require`` (each module's ``REQUIRABLE``, with meanings) and the contract c
     batch_size  BatchSizeMethod; BatchSlot (start, clamp, advance)
     entropy     EntropyMethod; EntropySlot (coefficient; hook -> LossAdjustment)
     advantage   AdvantageMethod (a pure function: its caller side is one call)
+    rl_slots    open_rl_slots: an RL loop's four slots opened in one call, in one order
     checks      check(cls), check_all(family): the contracts run on methods
 
 A method's ``requires`` names what the task must provide (``Task.provides``, names from
@@ -18,6 +19,7 @@ from workbench.families.advantage import AdvantageMethod
 from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
 from workbench.families.checks import check, check_all
 from workbench.families.entropy import EntropyMethod, EntropySlot, LossAdjustment
+from workbench.families.rl_slots import RLSlots, open_rl_slots
 from workbench.families.step_size import (
     StepSizeMethod,
     mean_over_steps,
@@ -33,7 +35,8 @@ REQUIRABLE: frozenset[str] = frozenset().union(
 
 __all__ = [
     "REQUIRABLE", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod", "BatchSlot",
-    "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "StepSizeMethod",
+    "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
+    "StepSizeMethod", "open_rl_slots",
     "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "step_size", "step_size_taken",
 ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from workbench import seeds
-from workbench.families import BatchSlot, EntropySlot
+from workbench.families import open_rl_slots
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
@@ -61,16 +61,14 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     total_updates = budget.planned_steps(num_envs * horizon)
     ppo = settings.ppo
     per_update = ppo.epochs * ppo.minibatches if settings.algorithm == "ppo" else 1
-    optimizer = methods["step_size"].build(list(agent.parameters()), {
-        "total_steps": total_updates * per_update, "batches_per_epoch": per_update,
-        "return_upper_bound": env.return_upper_bound})
-    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_updates)
-    advantage_method = methods["advantage"]
-    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
-    wanted = batch_slot.start(num_envs * horizon)
-    if wanted is not None:
-        num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
-    advantage_inputs = advantage_method.requirements(advantage_method.params)
+    slots = open_rl_slots(methods, agent.parameters(), updates=total_updates,
+                          per_update=per_update, batch=num_envs * horizon,
+                          samples=budget.samples,
+                          info={"return_upper_bound": env.return_upper_bound})
+    optimizer, entropy_slot, batch_slot = slots.optimizer, slots.entropy, slots.batch
+    advantage_method, advantage_inputs = slots.advantage, slots.advantage_inputs
+    if slots.first_batch is not None:
+        num_envs, horizon = _reshape(slots.first_batch, num_envs, horizon, settings.batch_axis)
     minibatch_order = seeds.torch_generator(seed, "minibatches")
     action_draws = seeds.torch_generator(seed, "actions", device=device)
 

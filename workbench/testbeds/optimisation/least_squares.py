@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
-from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
+from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, random_start, train
 
 
 class LeastSquaresParams(TaskParams):
@@ -61,9 +61,7 @@ def build_problem(params: LeastSquaresParams, seed: int, device: torch.device,
     a, b, _, f_star, smoothness = make_problem(params, data_seed)
     dtype = getattr(torch, params.dtype)
     a, b = a.to(device, dtype), b.to(device, dtype)
-    gen = seeds.torch_generator(seed, "init")
-    x0 = params.init_scale * torch.randn(params.dim, generator=gen, dtype=torch.float64)
-    x = x0.to(device, dtype).requires_grad_(True)
+    x = random_start(params.dim, params.init_scale, seed, device, dtype)
 
     def batch_loss(idx):
         ab, bb = (a, b) if idx is None else (a[idx], b[idx])

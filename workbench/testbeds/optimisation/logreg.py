@@ -26,10 +26,15 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation import datasets
-from workbench.testbeds.optimisation.loop import Problem, Target, batches_per_epoch, train
+from workbench.testbeds.optimisation.loop import (
+    Problem,
+    Target,
+    batches_per_epoch,
+    random_start,
+    train,
+)
 
 Digit = Annotated[int, Field(ge=0, le=9)]
 
@@ -120,9 +125,7 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
     data_seed = seed if params.data_seed is None else params.data_seed
     x, y = (t.to(device) for t in make_data(params, data_seed))
     n, dim = x.shape
-    gen = seeds.torch_generator(seed, "init")
-    w0 = params.init_scale * torch.randn(dim, generator=gen, dtype=x.dtype)
-    w = w0.to(device).requires_grad_(True)
+    w = random_start(dim, params.init_scale, seed, device, x.dtype, draw_dtype=x.dtype)
 
     def batch_loss(idx):
         xb, yb = (x, y) if idx is None else (x[idx], y[idx])

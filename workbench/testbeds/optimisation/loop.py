@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from workbench import seeds
+from workbench.budget import Budget, LogFn
 from workbench.families import BatchSlot, step_size_taken
-from workbench.testbeds.base import Budget, LogFn
 
 
 @dataclass
@@ -85,6 +85,15 @@ class _Batches:
         batch = self.order[self.cursor : self.cursor + size]
         self.cursor += size
         return batch
+
+
+def random_start(dim: int, scale: float, seed: int, device, dtype: torch.dtype,
+                 draw_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """x_0 = scale * N(0, I) from the seed's "init" stream, drawn in ``draw_dtype`` (so the
+    start does not depend on the working precision), as a leaf on ``device`` that requires
+    grad."""
+    x0 = scale * torch.randn(dim, generator=seeds.torch_generator(seed, "init"), dtype=draw_dtype)
+    return x0.to(device, dtype).requires_grad_(True)
 
 
 def batches_per_epoch(n_samples: int, batch_size: int | None) -> int:

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
-from workbench.testbeds.optimisation.loop import Problem, train
+from workbench.testbeds.optimisation.loop import Problem, random_start, train
 
 
 class QuadraticParams(TaskParams):
@@ -54,9 +54,7 @@ class Quadratic(Task):
         a, b, f_star = make_problem(params, data_seed)
         dtype = getattr(torch, params.dtype)
         a, b = a.to(device, dtype), b.to(device, dtype)
-        gen = seeds.torch_generator(seed, "init")
-        x0 = params.init_scale * torch.randn(params.dim, generator=gen, dtype=torch.float64)
-        x = x0.to(device, dtype).requires_grad_(True)
+        x = random_start(params.dim, params.init_scale, seed, device, dtype)
 
         def batch_loss(_idx):
             return 0.5 * x @ (a @ x) - b @ x

@@ -42,10 +42,10 @@ from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
-    BatchSlot,
     EntropySlot,
     mean_over_steps,
     minibatch_epochs,
+    open_rl_slots,
     step_size_taken,
 )
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
@@ -260,15 +260,13 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     per_step = settings.epochs * settings.minibatches
     total_steps = budget.planned_steps(prompts * group_size)
     params = list(policy.parameters()) + (list(value_head.parameters()) if value_head else [])
-    optimizer = methods["step_size"].build(params, {"total_steps": total_steps * per_step,
-                                                    "batches_per_epoch": per_step})
-    entropy_slot = EntropySlot(methods["entropy"], total_steps=total_steps)
-    advantage_method = methods["advantage"]
-    batch_slot = BatchSlot(methods.get("batch_size"), budget.samples)
-    wanted = batch_slot.start(prompts * group_size)
-    if wanted is not None:
-        prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
-    needs = advantage_method.requirements(advantage_method.params)
+    slots = open_rl_slots(methods, params, updates=total_steps, per_update=per_step,
+                          batch=prompts * group_size, samples=budget.samples)
+    optimizer, entropy_slot, batch_slot = slots.optimizer, slots.entropy, slots.batch
+    advantage_method, needs = slots.advantage, slots.advantage_inputs
+    if slots.first_batch is not None:
+        prompts, group_size = _reshape(slots.first_batch, prompts, group_size,
+                                       settings.batch_axis)
     rng = random.Random(seeds.int_seed(seed, "prompts"))
     generator = seeds.torch_generator(seed, "minibatches")
     pad_id = tokenizer.pad_token_id
