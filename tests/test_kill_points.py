@@ -456,5 +456,7 @@ def test_a_report_never_replaces_a_folder_that_is_not_a_report(write_spec, tmp_p
     out.mkdir()
     (out / "notes.txt").write_text("my own file")
     result = run_cli("report", path, "--out", out, cwd=tmp_path)
-    assert result.returncode == 1 and "not a report" in result.stderr
+    # bad input (the --out argument): exit 2, named, before anything is read or written
+    assert result.returncode == 2 and "error: --out: " in result.stderr
+    assert "not a report" in result.stderr
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
