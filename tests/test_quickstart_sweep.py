@@ -121,6 +121,10 @@ def test_status_and_report_read_the_store(quickstart):
         assert (out / f"{figure}.png").stat().st_size > 10_000, figure
         assert (out / f"{figure}.pdf").exists() and (out / f"{figure}.json").exists()
     markdown = (out / "table_quickstart.md").read_text()
+    # constant's best lr sits at the top of its search range [0.001, 10]: flagged, and said why
+    constant = next(line for line in markdown.splitlines() if line.startswith("| constant"))
+    assert "(edge: high end of 0.001-10)" in constant, constant
+    assert "'edge': the best value lies within 5% of an end of its search range" in markdown
     for name in ("constant", "polyak", "armijo"):
         marked = registry.get("step_size", name).fidelity == "reconstructed"
         assert (f"| {name} † |" in markdown) == marked, name

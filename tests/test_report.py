@@ -220,3 +220,24 @@ def test_a_long_study_record_spans_several_tags_and_reads_back():
     longer = StudyRecord(**{**record.model_dump(), "seeds": list(range(6000))}).to_tags()
     assert StudyRecord.from_tags({**longer, **tags}) == record  # leftover parts are ignored
     assert StudyRecord.from_tags({"workbench.kind": "study"}) is None
+
+
+# ------------------------------------------------- a best value at the edge of its range
+
+def test_range_edge_is_measured_in_the_ranges_own_scale():
+    import optuna.distributions as od
+
+    from workbench.report.data import range_edge
+
+    log = od.FloatDistribution(1e-3, 10.0, log=True)  # 4 decades: 5% is 0.2 of a decade
+    assert range_edge(9.843, log) == "high" and range_edge("9.843", log) == "high"
+    assert range_edge(1.2e-3, log) == "low"
+    assert range_edge(5.0, log) is None  # 2.5% below the top linearly, 7.5% in log10
+    assert range_edge(1.0, log) is None
+    linear = od.FloatDistribution(0.3, 0.95)
+    assert range_edge(0.9425, linear) == "high"
+    assert range_edge(0.31, linear) == "low"
+    assert range_edge(0.9, linear) is None
+    assert range_edge(96, od.IntDistribution(1, 100)) == "high"
+    assert range_edge(0.5, od.CategoricalDistribution([0.1, 0.5])) is None
+    assert range_edge("adam", log) is None

@@ -40,6 +40,33 @@ class SweepRef:
     storage: str
 
 
+EDGE_FRACTION = 0.05  # of a search range's width, in its own scale
+
+
+def range_edge(value, dist: od.BaseDistribution) -> str | None:
+    """"low" or "high" where ``value`` lies within ``EDGE_FRACTION`` of that end of a numeric
+    search range, measured in the range's own scale (log10 for a log range); else None (and
+    for choices). A best value at an edge means the range, not the method, may have decided
+    the ranking: widen it and tune again."""
+    low, high = getattr(dist, "low", None), getattr(dist, "high", None)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    if low is None or high is None or not high > low or not np.isfinite(value):
+        return None
+    if getattr(dist, "log", False):
+        if value <= 0:
+            return None
+        value, low, high = np.log10(value), np.log10(low), np.log10(high)
+    position = (value - low) / (high - low)
+    if position <= EDGE_FRACTION:
+        return "low"
+    if position >= 1 - EDGE_FRACTION:
+        return "high"
+    return None
+
+
 @dataclass
 class MethodData:
     label: str

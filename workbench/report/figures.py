@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from workbench import runs, stats
 from workbench.report import folder
-from workbench.report.data import SweepData, curve_on_grid, pooled_scores
+from workbench.report.data import SweepData, curve_on_grid, pooled_scores, range_edge
 from workbench.study_record import ReportOptions
 
 # Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
@@ -225,9 +225,15 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
             x = pd.to_numeric(raw, errors="coerce").to_numpy()
             if getattr(dist, "log", False):
                 ax.set_xscale("log")
+            for end in (dist.low, dist.high):  # the search range
+                ax.axvline(end, color="0.5", linestyle="--", linewidth=0.8)
         ax.scatter(x, done["objective"], color=style.colour(m.label), s=18)
         used += done["run_id"].tolist()
-        ax.set_title(f"{m.label}: {name.split('.', 1)[-1]}", fontsize=9)
+        title = f"{m.label}: {name.split('.', 1)[-1]}"
+        edge = _best_edge(params, m, name, dist)
+        if edge:
+            title += f"\nbest at the range's {edge} end: widen it"
+        ax.set_title(title, fontsize=9, color="firebrick" if edge else "black")
         ax.set_ylabel(d.metric, fontsize=8)
         if d.direction == "minimize":
             _log_if_wide(ax, done["objective"], "y")
@@ -235,9 +241,16 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
     for ax in list(axes.flat)[len(tuned):]:
         ax.axis("off")
     fig.suptitle(f"{d.name}: objective of every complete trial against each tuned "
-                 "hyperparameter", fontsize=10)
+                 "hyperparameter (dashed: the search range)", fontsize=10)
     fig.tight_layout()
     return Drawing(folder.sensitivity_stem(d.name), fig, used, [d])
+
+
+def _best_edge(params: pd.DataFrame, m, name: str, dist) -> str | None:
+    """Which end of its range the best trial's value of ``name`` sits at, if any."""
+    if m.best_run is None or m.best_run not in params.index or name not in params:
+        return None
+    return range_edge(params.loc[m.best_run, name], dist)
 
 
 def _axes(count: int, width: float = 6.0):

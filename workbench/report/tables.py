@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from workbench import runs, stats
-from workbench.report.data import MethodData, SweepData, steps_to_target
+from workbench.report.data import (
+    EDGE_FRACTION,
+    MethodData,
+    SweepData,
+    range_edge,
+    steps_to_target,
+)
 from workbench.study_record import ReportOptions
 
 
@@ -42,6 +48,10 @@ class ResultsTable:
         caption = (f"{d.name}: {d.metric} ({d.direction}, {d.record.at}) over the seeds of "
                    f"each method's best trial (chosen on those seeds). Best per column in "
                    f"bold; † reconstructed from the paper's text.")
+        if any(EDGE_NOTE in row["best_params"] for row in rows):
+            caption += (f" 'edge': the best value lies within {EDGE_FRACTION:.0%} of an end "
+                        "of its search range (in the range's scale, log or linear): the range "
+                        "may have decided the ranking; widen it and tune again.")
         return cls(frame, _best_cells(frame, d.direction), caption, options.confidence,
                    options.target is not None, used)
 
@@ -121,8 +131,19 @@ def _best_params(d: SweepData, m: MethodData) -> str:
     if m.best_run is None or not m.space:
         return "" if m.best_run is None else "(none tuned)"
     row = d.params[d.params["run_id"] == m.best_run]
-    return ", ".join(f"{k.split('.', 1)[1]}={_fmt(row[k].iloc[0])}" for k in m.space
-                     if k in row)
+    return ", ".join(_best_value(k, row[k].iloc[0], m.space[k]) for k in m.space if k in row)
+
+
+EDGE_NOTE = "edge:"
+
+
+def _best_value(name: str, value, dist) -> str:
+    """``lr=9.843``, flagged where it lies at an end of its search range (``range_edge``)."""
+    text = f"{name.split('.', 1)[1]}={_fmt(value)}"
+    edge = range_edge(value, dist)
+    if not edge:
+        return text
+    return f"{text} ({EDGE_NOTE} {edge} end of {_fmt(dist.low)}-{_fmt(dist.high)})"
 
 
 def _best_cells(table: pd.DataFrame, direction: str) -> dict[str, int]:
