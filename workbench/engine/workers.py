@@ -123,7 +123,9 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
         for proc in procs:
             proc.start()
         try:
-            while any(p.is_alive() for p in procs):
+            # every process asked each time: is_alive() also reaps one that has ended, and a
+            # zombie would still look alive to the claim protocol's liveness check
+            while any([p.is_alive() for p in procs]):
                 time.sleep(1.0)
                 refresh()
         finally:
