@@ -3,8 +3,20 @@ edge of the statistical precipice", NeurIPS 2021) where it has a definition.
 
 - ``aggregate``: mean, median or interquartile mean (IQM: the mean of the middle 50%,
   ``scipy.stats.trim_mean(x, 0.25)``).
+- ``interval`` (and ``interval_band``, the same at every point of a curve): the confidence
+  interval the report prints for an aggregate over seeds, valid at small n: Student-t for the
+  mean; for the IQM the Tukey-McLaughlin trimmed-mean t interval (Tukey & McLaughlin 1963;
+  Yuen 1974): trimmed mean +- t(n - 2g - 1) * s_w / ((1 - 2g/n) sqrt(n)), with g = floor(n/4)
+  values trimmed from each end and s_w the standard deviation of the winsorized sample (which
+  is Student-t on the mean when g = 0, n < 4); for the median the distribution-free
+  order-statistic interval [x_(k), x_(n-k+1)], k the largest with P(Binom(n, 1/2) < k) <=
+  alpha/2 (none exists below 6 values at 95%). ``tests/test_stats.py`` checks their coverage
+  by simulation at n = 3, 5 and 10.
 - ``bootstrap_ci``: percentile bootstrap interval of an aggregate; with ``strata`` (one label
   per value, e.g. the task) values are resampled within each stratum (stratified bootstrap).
+  The report uses it only where values are many (scores pooled over sweeps): with n values it
+  has at most C(2n-1, n) distinct resamples (10 at n = 3) and covers far below its nominal
+  rate at small n.
 - ``bootstrap_band``: the same interval at every point of a curve (rows = runs resampled
   together, columns = points), and ``best_of_k_band`` for ``expected_best_of_k``'s curve.
   Every resample of the workbench is drawn here, by ``resample_indices``.
@@ -22,11 +34,78 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special, stats
 
 AGGREGATES = ("mean", "iqm", "median")
+
+# Below SMALL_N seeds the report says so: the IQM trims at most one value from each end (none
+# below 4: it is the mean), and a probability of improvement from n x n pairs is coarse and
+# fragile: with n = m = 3 a perfect 1.00 happens with probability 1/C(6, 3) = 5% under no
+# difference at all (two-sided p = 0.10, not significant), with 4 each 1/70; only from 5 each
+# (1/252) is a perfect separation strong evidence. The intervals themselves (``interval``) are
+# valid at every n and simply wide at small n.
+SMALL_N = 5
+
+INTERVAL_METHODS = {"mean": "Student-t interval on the mean",
+                    "iqm": "Tukey-McLaughlin trimmed-mean t interval (Student-t on the mean "
+                           "below 4 values)",
+                    "median": "distribution-free order-statistic interval of the median"}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval; NaN bounds with ``note`` saying why when none can be given."""
+
+    low: float
+    high: float
+    note: str = ""
+
+
+def interval(values, how: str = "mean", confidence: float = 0.95) -> Interval:
+    """The confidence interval of ``aggregate(values, how)`` that the report prints
+    (``INTERVAL_METHODS``); NaN below 2 finite values, or for a median below the count a
+    distribution-free interval needs."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2 or not np.all(np.isfinite(x)):
+        return Interval(math.nan, math.nan, "fewer than 2 finite values")
+    low, high = interval_band(x[:, None], how, confidence)
+    if how == "median" and not np.isfinite(low[0]):
+        return Interval(math.nan, math.nan, f"{x.size} values are too few for a "
+                        f"distribution-free {confidence:.0%} interval of the median")
+    return Interval(float(low[0]), float(high[0]))
+
+
+def interval_band(values, how: str = "mean",
+                  confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """``interval`` at every column of ``values`` (runs x points) at once."""
+    v = np.sort(np.asarray(values, dtype=float), axis=0)
+    n = v.shape[0]
+    if n < 2:
+        return np.full(v.shape[1], np.nan), np.full(v.shape[1], np.nan)
+    alpha = 1.0 - confidence
+    if how == "median":
+        k = _order_statistic_rank(n, alpha)
+        if k is None:
+            return np.full(v.shape[1], np.nan), np.full(v.shape[1], np.nan)
+        return v[k - 1], v[n - k]
+    g = n // 4 if how == "iqm" else 0
+    kept = v[g : n - g]
+    centre = kept.mean(axis=0)
+    winsorized = np.clip(v, v[g], v[n - g - 1])
+    spread = winsorized.std(axis=0, ddof=1) / ((1.0 - 2.0 * g / n) * math.sqrt(n))
+    half = stats.t.ppf(1.0 - alpha / 2.0, n - 2 * g - 1) * spread
+    return centre - half, centre + half
+
+
+def _order_statistic_rank(n: int, alpha: float) -> int | None:
+    """The largest k with P(Binom(n, 1/2) <= k - 1) <= alpha / 2; None when even k = 1
+    (the range of the sample) covers less than 1 - alpha."""
+    ks = np.arange(1, n // 2 + 1)
+    ok = ks[stats.binom.cdf(ks - 1, n, 0.5) <= alpha / 2.0]
+    return int(ok.max()) if ok.size else None
 
 
 def aggregate(values, how: str) -> float:
