@@ -61,6 +61,24 @@ def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Completed
             f"{tail(output['stdout'])}") from None
 
 
+def study_name(storage: str, title: str) -> str:
+    """The Optuna study that a sweep runs under its readable name ``SWEEP.SLOT=LABEL[+...]``
+    (Optuna's name carries the study's fingerprint): the current one, found through the
+    sweep's study runs (tag ``workbench.study_title``)."""
+    from workbench import runs
+    from workbench.store import Store
+
+    client = Store.from_url(storage).mlflow_client()
+    experiment = client.get_experiment_by_name(title.split(".", 1)[0])
+    assert experiment is not None, f"no experiment for {title}"
+    found = client.search_runs(
+        [experiment.experiment_id],
+        f"tags.`{runs.KIND}` = 'study' and tags.`{runs.STUDY_TITLE}` = '{title}' "
+        f"and tags.`{runs.STUDY_STATE}` = '{runs.CURRENT}'")
+    assert len(found) == 1, f"{len(found)} current study runs titled {title}"
+    return found[0].data.tags[runs.STUDY_NAME]
+
+
 def files_under(path: Path) -> set[Path]:
     return {p for p in path.rglob("*")}
 

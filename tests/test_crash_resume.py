@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import communicate, kill, tail, wait_until
 from workbench import engine, spec
 
@@ -148,14 +148,16 @@ def test_sigkill_at_random_points_then_the_same_command_finishes_exactly(backend
         wait_for_a_running_trial(spec.load(path).storage, proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        for name in ("tiny.step_size=constant", "tiny.step_size=polyak"):
+        for title in ("tiny.step_size=constant", "tiny.step_size=polyak"):
+            name = study_name(spec.load(path).storage, title)
             killed_numbers |= {(name, t.number) for t in optuna.load_study(
                 study_name=name, storage=spec.load(path).storage).get_trials()
                 if t.state == TrialState.RUNNING}
     assert killed_numbers
     again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    studies = ["tiny.step_size=constant", "tiny.step_size=polyak"]
+    studies = [study_name(spec.load(path).storage, title)
+               for title in ("tiny.step_size=constant", "tiny.step_size=polyak")]
     client, runs = check_store(spec.load(path).storage, mlflow_url, "tiny", studies, 3)
     for name, number in killed_numbers:
         trials = optuna.load_study(study_name=name, storage=spec.load(path).storage).get_trials()
@@ -180,9 +182,10 @@ def test_two_sweep_processes_on_one_sqlite_store(write_spec, tmp_path):
     for err in wait_for_sweeps([first, second], f"sqlite:///{tmp_path / 'store.db'}",
                                "two sweep processes of 2 workers each to finish on SQLite"):
         assert "locked" not in err and "Traceback" not in err
-    check_store(f"sqlite:///{tmp_path / 'store.db'}",
-                f"sqlite:///{tmp_path / 'store.mlflow.db'}", "tiny",
-                ["tiny.step_size=constant", "tiny.step_size=polyak"], 4)
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    check_store(storage, f"sqlite:///{tmp_path / 'store.mlflow.db'}", "tiny",
+                [study_name(storage, "tiny.step_size=constant"),
+                 study_name(storage, "tiny.step_size=polyak")], 4)
 
 
 def test_workers_on_postgresql(postgres, write_spec, tmp_path):
@@ -194,7 +197,8 @@ def test_workers_on_postgresql(postgres, write_spec, tmp_path):
                                "two sweep processes of 2 workers each to finish on PostgreSQL"):
         assert "Traceback" not in err
     client, runs = check_store(url, mlflow_url_of(url), "tiny",
-                               ["tiny.step_size=constant", "tiny.step_size=polyak"], 4)
+                               [study_name(url, "tiny.step_size=constant"),
+                                study_name(url, "tiny.step_size=polyak")], 4)
     assert sum(r.data.tags["workbench.kind"] == "seed" for r in runs) == 2 * 4 * 2
     status = run_cli("status", path, cwd=tmp_path)
     assert status.returncode == 0 and status.stdout.count("4/4") == 2
@@ -223,8 +227,9 @@ def test_retry_can_be_turned_off(retry, write_spec, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert run_cli("sweep", path, "--quiet", cwd=tmp_path).returncode == 0
-    trials = optuna.load_study(study_name="tiny.step_size=constant",
-                               storage=f"sqlite:///{tmp_path / 'store.db'}").get_trials()
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    trials = optuna.load_study(study_name=study_name(storage, "tiny.step_size=constant"),
+                               storage=storage).get_trials()
     assert not [t for t in trials if "retry_of" in t.user_attrs]
     assert sum(t.state in FINISHED for t in trials) == 2
 

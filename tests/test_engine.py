@@ -5,7 +5,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import run_cli, study_name, tiny_spec
 from workbench import engine, spec
 from workbench.families import StepSizeMethod
 from workbench.registry import _REGISTRY, Reference, register
@@ -39,13 +39,14 @@ def test_several_workers_run_each_trial_once(write_spec, tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id],
                               max_results=1000)
-    for study_name in ("tiny.step_size=constant", "tiny.step_size=polyak"):
-        trials = optuna.load_study(study_name=study_name,
-                                   storage=f"sqlite:///{tmp_path / 'store.db'}").get_trials()
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    for title in ("tiny.step_size=constant", "tiny.step_size=polyak"):
+        name = study_name(storage, title)
+        trials = optuna.load_study(study_name=name, storage=storage).get_trials()
         assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
         numbers = [r.data.tags["optuna.trial_number"] for r in runs
                    if r.data.tags.get("workbench.kind") == "trial"
-                   and r.data.tags["workbench.study"] == study_name]
+                   and r.data.tags["workbench.study"] == name]
         assert sorted(numbers) == ["0", "1", "2", "3"]
     assert sum(r.data.tags.get("workbench.kind") == "seed" for r in runs) == 2 * 4 * 2
     assert all(r.info.status == "FINISHED" for r in runs)
@@ -60,7 +61,7 @@ def test_a_raising_method_fails_its_trials_and_the_sweep_goes_on(raising_method,
     broken = statuses["raises_demo"]
     assert broken.failed == 2 and broken.complete == 0
     assert all("boom: this method always fails" in r for r in broken.fail_reasons)
-    study = optuna.load_study(study_name="tiny.step_size=raises_demo",
+    study = optuna.load_study(study_name=study_name(sweep.storage, "tiny.step_size=raises_demo"),
                               storage=sweep.storage)
     client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
     for trial in study.get_trials():
@@ -118,7 +119,8 @@ def test_samplers_are_seeded(write_spec, tmp_path):
                                                  methods={"step_size": ["constant"]})))
         sweep = spec.load(path)
         engine.run_sweep(sweep, device="cpu")
-        study = optuna.load_study(study_name="tiny.step_size=constant", storage=sweep.storage)
+        study = optuna.load_study(study_name=study_name(sweep.storage, "tiny.step_size=constant"),
+                                  storage=sweep.storage)
         params.append([t.params for t in study.get_trials()])
     assert params[0] == params[1]
     assert len({t["step_size.lr"] for t in params[0]}) == 3

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import tiny_spec
+from tests.conftest import study_name, tiny_spec
 from tests.waiting import communicate, kill, tail, wait_until
 
 
@@ -47,7 +47,7 @@ def test_a_signal_flushes_metrics_and_marks_the_runs(signum, write_spec, tmp_pat
     proc.send_signal(signum)
     _, err = communicate(proc, f"the sweep to exit after {signal.Signals(signum).name}", 300)
     assert proc.returncode != 0 and "Traceback" not in err
-    trial = optuna.load_study(study_name="tiny.step_size=constant",
+    trial = optuna.load_study(study_name=study_name(f"sqlite:///{db}", "tiny.step_size=constant"),
                               storage=f"sqlite:///{db}").get_trials()[0]
     assert trial.state == TrialState.FAIL
     client = MlflowClient(f"sqlite:///{mlflow_db}")

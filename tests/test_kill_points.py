@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import scaled
 from workbench.store import Store
 
@@ -97,8 +97,11 @@ def ask(self, *args, **kwargs):
 optuna.study.Study.ask = ask
 '''
 
-# a step-size method whose every trial raises (registered in the child only)
-RAISING_METHOD = '''
+# a step-size method whose every trial raises (registered in the child only). It lives in a
+# module of its own, the same in every command: its code is part of the study's fingerprint,
+# and the kill hooks beside it in sitecustomize differ from one command to the next.
+RAISING_MODULE = "raises_demo_method"
+RAISING_METHOD_CODE = '''
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
 from workbench.registry import Reference, register
@@ -116,6 +119,9 @@ class RaisesDemo(StepSizeMethod):
     def build(self, params, info):
         before_raising()
         raise RuntimeError(f"boom: this method always fails (lr={self.hp.lr})")
+'''
+RAISING_METHOD = f'''
+import {RAISING_MODULE}  # registers raises_demo
 '''
 
 # With two workers: trial 0 fails only once another trial is running; that trial (in flight
@@ -147,6 +153,9 @@ def before_raising():
                              for t in trials()))
     elif first_owner != os.getpid():
         wait_for(lambda: len(trials()) > 2 or not alive(first_owner))
+
+import raises_demo_method
+raises_demo_method.before_raising = before_raising
 '''
 
 # With two workers: each one closing the study run waits until the other is closing it too
@@ -179,10 +188,10 @@ def lock(self, name):
 Store.lock = lock
 
 _close_study_run = Claims.close_study_run
-def close_study_run(self, study, plan):
+def close_study_run(self, study, plan, *args, **kwargs):
     wait_for(lambda: sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
                          for t in study.get_trials()) >= plan.n_trials)
-    return _close_study_run(self, study, plan)
+    return _close_study_run(self, study, plan, *args, **kwargs)
 Claims.close_study_run = close_study_run
 
 _finish_run = runs.finish_run
@@ -210,6 +219,7 @@ def run_instrumented(hooks: list[str], *args, cwd, env: dict | None = None,
     Python process it starts (spawned workers too)."""
     folder = cwd / "hooks"
     folder.mkdir(exist_ok=True)
+    (folder / f"{RAISING_MODULE}.py").write_text(textwrap.dedent(RAISING_METHOD_CODE))
     (folder / "sitecustomize.py").write_text(
         "\n".join(textwrap.dedent(h) for h in [COMMON, *hooks]))
     path = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -305,7 +315,7 @@ def test_a_kill_at_each_point_of_a_trials_close_out_is_recovered(outcome, point,
                                                                 tmp_path):
     storage = f"sqlite:///{tmp_path / 'store.db'}"
     path = write_spec(outcome_spec(outcome, storage))
-    study = f"tiny.step_size={'raises_demo' if outcome == 'fail' else 'constant'}"
+    title = f"tiny.step_size={'raises_demo' if outcome == 'fail' else 'constant'}"
     method = [RAISING_METHOD] if outcome == "fail" else []
 
     first = run_instrumented([*method, CLOSE_OUT_POINTS[point]], "sweep", path, "--quiet",
@@ -316,6 +326,7 @@ def test_a_kill_at_each_point_of_a_trials_close_out_is_recovered(outcome, point,
     else:
         again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
 
+    study = study_name(storage, title)
     trials = assert_runs_agree_with_trials(storage, study)
     if outcome == "fail":  # both failed because the method raised, the killed one too
         assert [t.state for t in trials] == [TrialState.FAIL] * 2
@@ -344,15 +355,17 @@ def test_a_kill_right_after_ask_leaves_no_trial_unclaimed(backend, request, writ
                                 storage=storage))
     first = run_instrumented([DIE_AFTER_ASK], "sweep", path, "--quiet", cwd=tmp_path)
     assert killed(first), first.stderr
-    (orphan,) = optuna_trials(storage, "tiny.step_size=constant")
+    study = study_name(storage, "tiny.step_size=constant")
+    (orphan,) = optuna_trials(storage, study)
     assert orphan.state == TrialState.RUNNING and "worker" not in orphan.user_attrs
 
     again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    trials = assert_runs_agree_with_trials(storage, "tiny.step_size=constant")
+    assert study_name(storage, "tiny.step_size=constant") == study
+    trials = assert_runs_agree_with_trials(storage, study)
     assert sum(t.state in FINISHED for t in trials) == 2
     assert trials[0].state == TrialState.FAIL
-    assert study_run(storage, "tiny.step_size=constant").info.status == "FINISHED"
+    assert study_run(storage, study).info.status == "FINISHED"
 
 
 # ------------------------------------------- item 4: max_failed_trials and the study run
@@ -367,10 +380,11 @@ def test_two_workers_never_fail_more_trials_than_max_failed_trials(write_spec, t
                               "--quiet", "--workers", "2", cwd=tmp_path,
                               env={"WORKBENCH_TEST_STORE": storage})
     assert "Traceback" not in result.stderr, result.stderr
-    trials = optuna_trials(storage, "tiny.step_size=raises_demo")
+    study = study_name(storage, "tiny.step_size=raises_demo")
+    trials = optuna_trials(storage, study)
     assert [t.state for t in trials] == [TrialState.FAIL] * 2, result.stderr
-    assert_runs_agree_with_trials(storage, "tiny.step_size=raises_demo")
-    run = study_run(storage, "tiny.step_size=raises_demo")
+    assert_runs_agree_with_trials(storage, study)
+    run = study_run(storage, study)
     assert run.info.status == "FAILED"
     assert "max_failed_trials" in run.data.tags["workbench.fail_reason"]
     assert result.returncode == EXIT_SHORT, result.stderr
@@ -387,8 +401,9 @@ def test_two_workers_close_the_study_run_once(write_spec, tmp_path):
                               "--workers", "2", cwd=tmp_path,
                               env={"WORKBENCH_TEST_MARKS": str(marks)})
     assert "Traceback" not in result.stderr, result.stderr
-    assert_runs_agree_with_trials(storage, "tiny.step_size=constant")
-    run = study_run(storage, "tiny.step_size=constant")
+    study = study_name(storage, "tiny.step_size=constant")
+    assert_runs_agree_with_trials(storage, study)
+    run = study_run(storage, study)
     assert run.info.status == "FINISHED"
     assert objective_rows(storage, run.info.run_id) == 1
     assert result.returncode == 0, result.stderr
@@ -409,10 +424,10 @@ def test_a_sweep_whose_study_stopped_short_exits_3_and_says_why(write_spec, tmp_
                 "(max_failed_trials: 2)") in result.stderr
         assert "constant:" not in result.stderr  # the complete study is not named
         assert "Traceback" not in result.stderr
-    trials = optuna_trials(storage, "tiny.step_size=raises_demo")
+    trials = optuna_trials(storage, study_name(storage, "tiny.step_size=raises_demo"))
     assert [t.state for t in trials] == [TrialState.FAIL] * 2
-    assert sum(t.state == TrialState.COMPLETE
-               for t in optuna_trials(storage, "tiny.step_size=constant")) == 3
+    assert sum(t.state == TrialState.COMPLETE for t in optuna_trials(
+        storage, study_name(storage, "tiny.step_size=constant"))) == 3
 
 
 # --------------------------------------------------------- item 6: an atomic report

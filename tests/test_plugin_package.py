@@ -1,6 +1,7 @@
 """A method in another installed package registers through the ``workbench.methods`` entry point
 and takes part in a sweep beside the repository's own methods (tests/plugin_package)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -57,8 +58,10 @@ def test_a_plugin_method_is_listed_swept_and_reported_until_uninstalled(
     assert sweep.returncode == 0, sweep.stderr
     status = run_cli("status", path, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
-    rows = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines()[3:]
-            if line.strip()}
+    lines = status.stdout.splitlines()  # cells are 2 spaces apart (a state reads "up to date")
+    header = re.split(r"\s{2,}", lines[1].strip())
+    rows = {cells[0]: cells[header.index("done")] for cells in
+            (re.split(r"\s{2,}", line.strip()) for line in lines[3:] if line.strip())}
     assert rows == {"constant": "2/2", "halving_step": "2/2"}, status.stdout
     report = run_cli("report", path, "--out", tmp_path / "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr

@@ -5,13 +5,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, study_name
 from workbench import registry
 
 pytestmark = pytest.mark.slow
 
 STUDIES = ["quickstart.step_size=constant", "quickstart.step_size=polyak",
-           "quickstart.step_size=armijo"]
+           "quickstart.step_size=armijo"]  # titles: SWEEP.SLOT=LABEL
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def all_runs(client, name):
 def test_each_study_holds_its_number_of_finished_trials(quickstart):
     _, db, _, first = quickstart
     storage = f"sqlite:///{db}"
-    for name in STUDIES:
+    for title in STUDIES:
+        name = study_name(storage, title)
         trials = optuna.load_study(study_name=name, storage=storage).get_trials()
         assert len(trials) == 10, name
         assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
@@ -47,8 +48,8 @@ def test_mlflow_holds_one_run_per_trial_and_seed_with_every_step(quickstart):
     runs = all_runs(client, "quickstart")
     by_id = {r.info.run_id: r for r in runs}
     storage = f"sqlite:///{db}"
-    for name in STUDIES:
-        study = optuna.load_study(study_name=name, storage=storage)
+    for title in STUDIES:
+        study = optuna.load_study(study_name=study_name(storage, title), storage=storage)
         study_run = by_id[study.user_attrs["mlflow_run_id"]]
         assert study_run.data.tags["workbench.kind"] == "study"
         for trial in study.get_trials():
@@ -66,7 +67,7 @@ def test_mlflow_holds_one_run_per_trial_and_seed_with_every_step(quickstart):
                 assert trial_run.data.tags["workbench.prune_reason"] in ("pruned", "diverged")
                 assert 1 <= len(seeds) <= 3
             for seed_run in seeds:
-                assert seed_run.data.params["method.step_size"] == name.split("=")[1]
+                assert seed_run.data.params["method.step_size"] == title.split("=")[1]
                 for key, value in trial.params.items():
                     assert float(seed_run.data.params[key]) == pytest.approx(value)
                 if seed_run.info.status == "FINISHED":
@@ -100,8 +101,9 @@ def test_running_again_adds_no_trial_and_no_run(quickstart):
     runs_before = len(all_runs(client, "quickstart"))
     again = run_cli(*args, cwd=folder)
     assert again.returncode == 0, again.stderr
-    for name in STUDIES:
-        study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    storage = f"sqlite:///{db}"
+    for title in STUDIES:
+        study = optuna.load_study(study_name=study_name(storage, title), storage=storage)
         assert len(study.get_trials()) == 10
     assert len(all_runs(client, "quickstart")) == runs_before
 

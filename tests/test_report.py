@@ -186,15 +186,19 @@ def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
     folder, store, document = forgotten
     client = MlflowClient(store.replace("store.db", "store.mlflow.db"))
     experiment = client.get_experiment_by_name("gone").experiment_id
-    study = client.search_runs([experiment], "tags.`workbench.study` = 'gone.step_size=polyak' "
-                                             "and tags.`workbench.kind` = 'study'")[0]
+    (study,) = client.search_runs([experiment],
+                                  "tags.`workbench.study_title` = 'gone.step_size=polyak' "
+                                  "and tags.`workbench.kind` = 'study'")
+    name = study.data.tags["workbench.study"]  # the Optuna study's name, by its fingerprint
+    assert name.startswith("logreg.step_size=polyak.")
     client.delete_tag(study.info.run_id, runs.STUDY_RECORD)
     result = run_cli("report", "--sweep", "gone", "--storage", store, "--out", folder / "old",
                      cwd=folder)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     message = result.stderr.strip()
-    assert message.startswith("error: sweep gone: study 'gone.step_size=polyak' was written by "
-                              "an older workbench"), message
+    assert message.startswith(f"error: sweep gone: study '{name}' was written by an older "
+                              "workbench: no workbench.study_record or workbench.fingerprint "
+                              "tag"), message
     assert "rerun `workbench sweep`" in message and len(message.splitlines()) == 1
     assert not (folder / "old").exists()
 

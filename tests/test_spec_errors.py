@@ -16,7 +16,7 @@ def without(spec, *keys):
 CASES = {
     "unknown top-level key": (tiny_spec(trails=3), "trails", "allowed: budget"),
     "unknown nested key": (tiny_spec(pruner={"name": "median", "patience": 3}),
-                           "pruner.patience", "allowed: name, reduction_factor"),
+                           "pruner.patience", "allowed: name, p_threshold, reduction_factor"),
     "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name",
                      "allowed: acrobot, cartpole, control"),
     "too few distinct problems": (

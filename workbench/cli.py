@@ -152,10 +152,11 @@ def cmd_status(args) -> int:
     _reachable(sweep.storage)
     if not store.exists():
         print(f"no store at {redact(sweep.storage)} yet: no trial has run", file=sys.stderr)
-        statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {})
+        statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {},
+                                       fingerprint=p.fingerprint, state="not started")
                     for p in sweep.studies]
     else:
-        statuses = engine.study_status(sweep, store.optuna_storage())
+        statuses = engine.sweep_status(sweep, store)
     _print_status(sweep, statuses)
     return 0
 
@@ -178,17 +179,25 @@ def _reachable(url: str) -> None:
 
 
 def _print_status(sweep, statuses) -> None:
-    rows = []
+    from workbench.fingerprint import SHORT
+
+    rows, stated = [], any(s.state for s in statuses)
     for s in statuses:
-        rows.append({"study": s.label, "done": f"{s.finished}/{s.total}", "pruned": s.pruned,
+        rows.append({"study": s.label, "state": s.state, "fingerprint": s.fingerprint[:SHORT],
+                     "done": f"{s.finished}/{s.total}", "pruned": s.pruned,
                      "failed": s.failed, "running": s.running,
                      "best": "—" if s.best_value is None else f"{s.best_value:.6g}",
                      "best params": ", ".join(f"{k}={v:.4g}" if isinstance(v, float)
                                               else f"{k}={v}" for k, v in s.best_params.items())})
     print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task.name}, "
           f"{len(sweep.seeds)} seeds, store {redact(sweep.storage)}")
-    print(_table(rows, ["study", "done", "pruned", "failed", "running", "best", "best params"]))
+    columns = ["study", "done", "pruned", "failed", "running", "best", "best params"]
+    if stated:
+        columns[1:1] = ["state", "fingerprint"]
+    print(_table(rows, columns))
     for s in statuses:
+        if s.note:
+            print(f"  {s.label} ({s.state}, {s.fingerprint[:SHORT]}): {s.note}")
         for reason, count in Counter(s.fail_reasons).most_common():
             print(f"  {s.label}: {count} failed trial(s): {reason}")
         if s.stop_reason:
@@ -340,10 +349,14 @@ def cmd_report(args) -> int:
         url = (spec.normalise_storage(args.storage, "--storage", "") if args.storage
                else spec.default_storage())
         plan = spec.ReportPlan(args.sweep, [], None)
-        refs = [report.SweepRef(args.sweep, url)]
+        refs = [report.SweepRef(args.sweep, url, include_superseded=args.include_superseded)]
     else:
         plan = spec.load_report(args.spec, storage=args.storage)
-        refs = [report.SweepRef(sweep.name, sweep.storage) for sweep in plan.sweeps]
+        # what each spec would run now, on either device kind: a study not among them is stale
+        refs = [report.SweepRef(sweep.name, sweep.storage, frozenset(
+                    p.fingerprint for kind in ("cpu", "cuda")
+                    for p in sweep.on_device(kind).studies), args.include_superseded)
+                for sweep in plan.sweeps]
     out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
         report.replaceable(out)
@@ -352,7 +365,8 @@ def cmd_report(args) -> int:
     for url in dict.fromkeys(ref.storage for ref in refs):
         _reachable(url)
     try:
-        written = report.build(refs, out, title=plan.name, options=plan.options)
+        written = report.build(refs, out, title=plan.name, options=plan.options,
+                               say=lambda line: print(f"warning: {line}", file=sys.stderr))
     except report.ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -427,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default ./workbench.db), with the report options it ran with")
     p.add_argument("--storage")
     p.add_argument("--out", help="output folder (default reports/out/SWEEP)")
+    p.add_argument("--include-superseded", action="store_true",
+                   help="also show the studies that a later version of the sweep replaced")
     p.set_defaults(func=cmd_report)
     return parser
 

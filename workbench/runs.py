@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# run kinds (the value of the KIND tag)
-STUDY, TRIAL, SEED = "study", "trial", "seed"
+# run kinds (the value of the KIND tag); an evaluation run re-runs a study's best trial on a
+# held-out seed (tag EVALUATES: that trial's number)
+STUDY, TRIAL, SEED, EVALUATION = "study", "trial", "seed", "evaluation"
 
 # tag keys
 KIND = "workbench.kind"
 SWEEP = "workbench.sweep"
-STUDY_NAME = "workbench.study"
+STUDY_NAME = "workbench.study"  # the Optuna study's name (task, methods, fingerprint)
+STUDY_TITLE = "workbench.study_title"  # on a study run: SWEEP.SLOT=LABEL, the readable name
 METHOD = "workbench.method"  # the study's label; METHOD + ".SLOT": the slot's method name
 TASK = "workbench.task"
 FIDELITY = "workbench.fidelity"  # one fidelity or "mixed"; FIDELITY + ".SLOT": per slot
@@ -36,10 +38,26 @@ FAIL_REASON = "workbench.fail_reason"
 PRUNE_REASON = "workbench.prune_reason"
 PRUNE_DETAIL = "workbench.prune_detail"
 UNUSED_KNOBS = "workbench.unused_knobs"
+EVALUATES = "workbench.evaluates_trial"
+DIVERGED = "workbench.diverged"  # on an evaluation run that diverged: where and how
+# on a sweep's experiment: how many held-out seeds it used and why (JSON, EvaluationOutcome)
+EVALUATION_OUTCOME = "workbench.evaluation"
 # on a study run: what the report reads back instead of the spec, as JSON
 # (workbench.study_record); a long one continues in STUDY_RECORD + ".1", ".2", ...
 STUDY_RECORD = "workbench.study_record"
 TAG_VALUE_CHARS = 8000  # MLflow's longest tag value
+# on every run: the study's fingerprint (workbench.fingerprint); on a study run, the document
+# it digests (FINGERPRINT_DOC, JSON, split like the record)
+FINGERPRINT = "workbench.fingerprint"
+FINGERPRINT_DOC = "workbench.fingerprint_doc"
+# on a study run: whether the sweep of its experiment shows it (current) or a later version of
+# the sweep replaced it (superseded), and in one line what changed
+STUDY_STATE = "workbench.study_state"
+CURRENT, SUPERSEDED = "current", "superseded"
+SUPERSEDED_NOTE = "workbench.superseded_note"
+# on a study run whose trials live in another sweep's experiment (a shared study): where
+HOME_EXPERIMENT = "workbench.home_experiment"
+HOME_RUN = "workbench.home_run"
 
 # a trial's outcome -> the MLflow status of its runs
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "fail": "FAILED"}
@@ -73,6 +91,26 @@ def provenance() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             tags[f"version.{package}"] = "not installed"
     return tags
+
+
+def split_tag(key: str, text: str) -> dict[str, str]:
+    """``text`` as tags ``key``, ``key.1``, ``key.2``, ... of at most ``TAG_VALUE_CHARS``
+    each (``joined_tag`` reads it back)."""
+    size = TAG_VALUE_CHARS
+    return {_part_key(key, i // size): text[i : i + size] for i in range(0, len(text), size)}
+
+
+def joined_tag(tags: Mapping[str, Any], key: str) -> str | None:
+    """The text ``split_tag`` wrote under ``key``; None when the run has none. Parts left over
+    from a longer earlier text may follow: readers parse the first JSON value."""
+    parts = []
+    while isinstance(tags.get(_part_key(key, len(parts))), str):
+        parts.append(tags[_part_key(key, len(parts))])
+    return "".join(parts) if parts else None
+
+
+def _part_key(key: str, index: int) -> str:
+    return key if index == 0 else f"{key}.{index}"
 
 
 def ensure_experiment(client, name: str, artifact_root: Path) -> str:

@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +19,10 @@ import optuna.distributions as od
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from workbench import registry, yamlsafe
+from workbench import fingerprint, registry, yamlsafe
 from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
-from workbench.study_record import ReportOptions, StudyRecord
+from workbench.study_record import EvaluationPlan, ReportOptions, StudyRecord
 from workbench.testbeds import Budget, Task, get_task
 from workbench.validation import SpecError, Strict, shorten, spec_error
 
@@ -69,8 +69,11 @@ class SamplerSpec(Strict):
 
 
 class PrunerSpec(Strict):
-    name: Literal["median", "hyperband", "none"] = "median"
+    name: Literal["median", "hyperband", "wilcoxon", "none"] = "median"
     startup_trials: int = Field(5, ge=0, description="trials before median pruning starts")
+    p_threshold: float = Field(0.1, gt=0.0, lt=1.0, description="wilcoxon: prune below this "
+                               "p-value of the signed-rank test against the best trial")
+    startup_seeds: int = Field(2, ge=0, description="wilcoxon: seeds run before pruning")
     warmup_steps: int = Field(0, ge=0, description="report points before pruning starts")
     report_points: int = Field(10, ge=1, le=10_000, description="intermediate values per seed")
     reduction_factor: int = Field(3, ge=2, le=100, description="hyperband")
@@ -84,6 +87,39 @@ class ObjectiveSpec(Strict):
     diverge_past: float | None = Field(
         None, description="a run whose metric goes past this (above when minimizing, below "
                           "when maximizing) ends early; its trial is pruned as diverged")
+
+
+class AdaptiveSeeds(Strict):
+    """Held-out seeds added in rounds until the best method's interval separates from the
+    second's (the report's aggregate and confidence), or ``max`` are used."""
+
+    min: int = Field(5, ge=2, le=10_000, description="seeds of the first round")
+    max: int = Field(30, ge=2, le=10_000, description="seeds at most")
+    step: int | None = Field(None, ge=1, le=10_000, description="seeds per later round "
+                                                                "(default: min)")
+    until: Literal["separated"] = "separated"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveSeeds:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        return self
+
+
+class EvaluationSpec(Strict):
+    """Re-run each study's best trial on seeds never used for tuning."""
+
+    seeds: int | AdaptiveSeeds = Field(description="how many held-out seeds, or {min, max, "
+                                                   "step, until: separated}")
+    first_seed: int = Field(1000, ge=0, le=2**31 - 1, description="held-out seeds are the "
+                            "first integers from here that are not tuning seeds")
+
+    @field_validator("seeds")
+    @classmethod
+    def _count(cls, value):
+        if isinstance(value, int) and not 1 <= value <= 10_000:
+            raise ValueError("a held-out seed count must be between 1 and 10000")
+        return value
 
 
 class SweepSpec(Strict):
@@ -104,6 +140,7 @@ class SweepSpec(Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     storage: str | None = None
     report: ReportOptions = ReportOptions()
+    evaluation: EvaluationSpec | None = None
 
     @field_validator("sampler", "pruner", mode="before")
     @classmethod
@@ -158,15 +195,24 @@ class MethodChoice:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """One Optuna study: a method per slot."""
+    """One Optuna study: a method per slot. ``document`` holds everything that determines its
+    results (``workbench.fingerprint``); its digest, ``fingerprint``, names the study, so an
+    identical study is the same one in any sweep, and a changed one is a new study."""
 
     name: str
     methods: tuple[MethodChoice, ...]
     n_trials: int
+    fingerprint: str = ""
+    document: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def label(self) -> str:
         return "+".join(m.label for m in self.methods if not m.implicit)
+
+    @property
+    def display(self) -> str:
+        """``SLOT=LABEL`` of each slot the spec names, joined by ``+``."""
+        return "+".join(f"{m.slot}={m.label}" for m in self.methods if not m.implicit)
 
     @property
     def combination(self) -> dict[str, str]:
@@ -198,6 +244,25 @@ class Sweep:
     studies: list[StudyPlan]
     storage: str
     notes: list[str] = field(default_factory=list)
+    evaluation: EvaluationPlan | None = None  # held-out seeds (``evaluation_plan``)
+
+    def title(self, plan: StudyPlan) -> str:
+        """The study's readable name in this sweep, for messages: ``SWEEP.SLOT=LABEL[+...]``
+        (the Optuna study's name is its fingerprint's)."""
+        return f"{self.name}.{plan.display}"
+
+    def on_device(self, kind: str) -> Sweep:
+        """This sweep with its studies keyed for runs on device kind ``kind`` (``cpu`` or
+        ``cuda``; ``device_kind``): itself when they already are."""
+        if all(plan.document.get("device") == kind for plan in self.studies):
+            return self
+        studies = []
+        for plan in self.studies:
+            document = {**plan.document, "device": kind}
+            digest = fingerprint.digest(document)
+            studies.append(replace(plan, name=study_name(self.task.name, plan.methods, digest),
+                                   fingerprint=digest, document=document))
+        return replace(self, studies=studies)
 
     def record_tags(self, plan: StudyPlan) -> dict[str, str]:
         """The tags of ``plan``'s study run that the report reads instead of this spec
@@ -208,7 +273,8 @@ class Sweep:
             seeds=self.seeds, report=self.spec.report, position=self.studies.index(plan),
             trials=plan.n_trials,
             space={name: json.loads(od.distribution_to_json(dist))
-                   for name, dist in plan.search_space().items()})
+                   for name, dist in plan.search_space().items()},
+            evaluation=self.evaluation)
         return record.to_tags()
 
 
@@ -257,19 +323,20 @@ def normalise_storage(url: str, source: str, path: str) -> str:
                     "sqlite:///FILE, postgresql://USER@HOST/DB")
 
 
-def load(path: str | Path, storage: str | None = None) -> Sweep:
-    """Read and check a spec; ``storage`` (from the command line) overrides the spec's."""
+def load(path: str | Path, storage: str | None = None, device: str | None = None) -> Sweep:
+    """Read and check a spec; ``storage`` and ``device`` (from the command line) override the
+    spec's."""
     source = str(path)
     data = read_yaml(path)
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
         raise spec_error(source, err) from None
-    return resolve(spec, source, default_name=Path(path).stem, storage=storage)
+    return resolve(spec, source, default_name=Path(path).stem, storage=storage, device=device)
 
 
 def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
-            storage: str | None = None) -> Sweep:
+            storage: str | None = None, device: str | None = None) -> Sweep:
     name = spec.name or default_name
     if not re.match(NAME_PATTERN, name):
         raise SpecError(source, "name", f"{shorten(name)}: allowed: a letter or digit, then up "
@@ -312,26 +379,55 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
         default = registry.get(slot, task.default_methods[slot])
         per_slot.append([MethodChoice(slot, default, {}, {}, implicit=True)])
 
-    studies = []
+    seeds = list(range(spec.seeds)) if isinstance(spec.seeds, int) else list(spec.seeds)
+    kind = device_kind(device or spec.device)
+    studies, by_fingerprint = [], {}
     for combo in itertools.product(*per_slot):
         label = "+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit)
-        plan = StudyPlan(f"{name}.{label}", tuple(combo), spec.trials)
+        shown = f"{name}.{label}"  # Sweep.title
+        document = fingerprint_document(spec, task, task_params, seeds, metric, direction,
+                                        combo, kind)
+        digest = fingerprint.digest(document)
+        if digest in by_fingerprint:
+            raise SpecError(source, "methods",
+                            f"{by_fingerprint[digest]} and {label} are the same study (the "
+                            "same methods, fixed values and search spaces): drop one")
+        by_fingerprint[digest] = label
+        plan = StudyPlan(study_name(task.name, combo, digest), tuple(combo), spec.trials,
+                         digest, document)
         if not plan.search_space() and spec.trials > 1:
-            notes.append(f"{plan.name}: nothing to tune; running 1 trial")
-            plan = StudyPlan(plan.name, plan.methods, 1)
+            notes.append(f"{shown}: nothing to tune; running 1 trial")
+            plan = replace(plan, n_trials=1)
         elif spec.sampler.name == "grid":
             size = math.prod(len(v) for v in plan.grid(spec.sampler.grid_points).values())
             if size < spec.trials:
-                notes.append(f"{plan.name}: the grid has {size} points; running {size} trials")
-                plan = StudyPlan(plan.name, plan.methods, size)
+                notes.append(f"{shown}: the grid has {size} points; running {size} trials")
+                plan = replace(plan, n_trials=size)
         studies.append(plan)
 
-    seeds = list(range(spec.seeds)) if isinstance(spec.seeds, int) else list(spec.seeds)
     url = storage if storage is not None else spec.storage
     url = normalise_storage(url, "--storage" if storage else source,
                             "" if storage else "storage") if url else default_storage()
     return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
-                 url, notes)
+                 url, notes, evaluation_plan(spec.evaluation, seeds))
+
+
+def evaluation_plan(spec: EvaluationSpec | None, tuning: list[int]) -> EvaluationPlan | None:
+    """The held-out seeds: the first integers from ``first_seed`` that are not tuning seeds,
+    as many as the evaluation may use."""
+    if spec is None:
+        return None
+    adaptive = isinstance(spec.seeds, AdaptiveSeeds)
+    count = spec.seeds.max if adaptive else spec.seeds
+    taken, seeds, seed = set(tuning), [], spec.first_seed
+    while len(seeds) < count:
+        if seed not in taken:
+            seeds.append(seed)
+        seed += 1
+    if not adaptive:
+        return EvaluationPlan(seeds=seeds, rule="fixed", first=count, step=count)
+    return EvaluationPlan(seeds=seeds, rule="separated", first=spec.seeds.min,
+                          step=spec.seeds.step or spec.seeds.min)
 
 
 def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
@@ -437,6 +533,75 @@ def _check_requirements(source, task, where, cls, fixed, space) -> None:
 
 def _default_requirements(cls) -> frozenset[str]:
     return cls.requirements(cls.resolve({}))
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+RUNNER = "workbench.engine.trial"  # the engine's module that runs a trial: its code counts too
+
+
+def device_kind(name: str | None) -> str:
+    """``cpu`` or ``cuda``: what a run asked to use ``name`` (auto, cpu, cuda, cuda:N)
+    computes on. A CUDA run's numbers differ from a CPU run's, so the kind is part of a
+    study's fingerprint (the index is not)."""
+    if name in (None, "auto"):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if str(name).startswith("cuda") else "cpu"
+
+
+def study_name(task: str, combo, digest: str) -> str:
+    """The Optuna study's name: task, the method of each named slot, the fingerprint's first
+    ``fingerprint.SHORT`` hex digits (``logreg.step_size=polyak.3fa2b1c9d0e1``)."""
+    named = [m for m in combo if not m.implicit] or list(combo)
+    methods = "+".join(f"{m.slot}={m.cls.name}" for m in named)
+    return f"{task}.{methods}.{digest[: fingerprint.SHORT]}"
+
+
+def fingerprint_document(spec: SweepSpec, task: type[Task], task_params, seeds: list[int],
+                         metric: str, direction: str, combo, device: str) -> dict:
+    """Everything that determines a study's results (``workbench.fingerprint``): task and
+    parameters, budget, seeds, objective, each slot's method with its fixed values (defaults
+    resolved) and search space, the sampler's and pruner's settings that act, the device kind,
+    the code (every module of the project the run imports) and the libraries' versions. Not in
+    it: labels, trial counts, failure limits, storage and report options, which change how
+    much is run or how it is shown, never what a trial computes."""
+    methods = {}
+    for m in combo:
+        space = {k: repr(d) for k, d in m.space.items()}
+        fixed = {k: v for k, v in m.cls.resolve(m.fixed).items() if k not in space}
+        methods[m.slot] = {"name": m.cls.key(), "fixed": fixed, "space": space}
+    code, versions = fingerprint.code_hashes(
+        [task.__module__, *(m.cls.__module__ for m in combo), RUNNER])
+    o = spec.objective
+    return {
+        "version": fingerprint.VERSION,
+        "task": {"name": task.name, "params": task_params.model_dump(mode="json")},
+        "budget": spec.budget.model_dump(mode="json"),
+        "seeds": seeds,
+        "objective": {"metric": metric, "direction": direction, "aggregate": o.aggregate,
+                      "at": o.at, "diverge_past": o.diverge_past},
+        "methods": methods,
+        "sampler": _acting(spec.sampler, SAMPLER_SETTINGS),
+        "pruner": _acting(spec.pruner, PRUNER_SETTINGS),
+        "device": device,
+        "code": code,
+        "versions": versions,
+    }
+
+
+# per sampler or pruner, the settings that change what it does
+SAMPLER_SETTINGS = {"tpe": ("seed", "startup_trials"), "cmaes": ("seed", "startup_trials"),
+                    "random": ("seed",), "grid": ("seed", "grid_points")}
+PRUNER_SETTINGS = {"median": ("startup_trials", "warmup_steps", "report_points"),
+                   "hyperband": ("report_points", "reduction_factor"),
+                   "wilcoxon": ("p_threshold", "startup_seeds"), "none": ()}
+
+
+def _acting(settings, table: dict[str, tuple[str, ...]]) -> dict:
+    return {"name": settings.name,
+            **{key: getattr(settings, key) for key in table[settings.name]}}
 
 
 # ----------------------------------------------------------------------------- report specs

@@ -43,6 +43,34 @@ class ReportOptions(Strict):
     resamples: int = Field(2000, ge=100, le=100_000)
 
 
+class EvaluationPlan(BaseModel):
+    """Held-out evaluation of each study's best trial (the spec's ``evaluation:``, resolved):
+    the seeds it may use, in order, disjoint from the tuning seeds; ``first`` of them in the
+    first round, which is all when ``rule`` is ``fixed``; with ``separated``, ``step`` more per
+    round until the best method's interval separates from the second's, or all are used."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seeds: list[int]
+    rule: Literal["fixed", "separated"] = "fixed"
+    first: int
+    step: int = 1
+
+
+class EvaluationOutcome(BaseModel):
+    """How many held-out seeds the sweep used and why (on the sweep's experiment, tag
+    ``runs.EVALUATION``): ``fixed`` (as many as asked), ``separated`` (the best method's
+    interval separated from the second's), ``maximum`` (all seeds used without that), or
+    ``incomplete`` (some evaluation failed or still runs)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seeds: int
+    reason: Literal["fixed", "separated", "maximum", "incomplete"]
+    best: str | None = None
+    second: str | None = None
+
+
 class StudyRecord(BaseModel):
     """One study run's record (unknown keys, from a newer workbench, are ignored)."""
 
@@ -59,24 +87,17 @@ class StudyRecord(BaseModel):
     position: int  # the study's place among the sweep's studies: the report's row order
     trials: int  # the trials the study asks for
     space: dict[str, dict[str, Any]]  # name -> optuna.distributions.distribution_to_json, parsed
+    evaluation: EvaluationPlan | None = None  # held-out seeds, when the sweep asks for them
 
     def to_tags(self) -> dict[str, str]:
-        text = self.model_dump_json()
-        size = runs.TAG_VALUE_CHARS
-        return {_part_key(i // size): text[i : i + size] for i in range(0, len(text), size)}
+        return runs.split_tag(runs.STUDY_RECORD, self.model_dump_json())
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, Any]) -> StudyRecord | None:
         """The record in a run's tags; None when it has none (written by an older workbench).
         Raises ValueError (pydantic's ValidationError among them) on an unreadable one."""
-        parts = []
-        while isinstance(tags.get(_part_key(len(parts))), str):
-            parts.append(tags[_part_key(len(parts))])
-        if not parts:
+        text = runs.joined_tag(tags, runs.STUDY_RECORD)
+        if text is None:
             return None
-        data, _ = json.JSONDecoder().raw_decode("".join(parts))
+        data, _ = json.JSONDecoder().raw_decode(text)
         return cls.model_validate(data)
-
-
-def _part_key(index: int) -> str:
-    return runs.STUDY_RECORD if index == 0 else f"{runs.STUDY_RECORD}.{index}"

@@ -10,7 +10,7 @@ seeds. ``studies`` creates the studies and their runs, ``workers`` runs one or s
 
 from workbench.engine.claims import FINISHED, Claims, Heartbeat, failure_stop
 from workbench.engine.monitor import Monitor, StopRun, report_steps
-from workbench.engine.status import StudyStatus, study_status
+from workbench.engine.status import StudyStatus, study_status, sweep_status
 from workbench.engine.studies import make_pruner, make_sampler, setup
 from workbench.engine.trial import TrialRunner, suggest, unused_knobs
 from workbench.engine.workers import (
@@ -24,6 +24,6 @@ from workbench.engine.workers import (
 __all__ = [
     "FINISHED", "Claims", "Heartbeat", "Monitor", "StopRun", "StudyStatus", "TrialRunner",
     "Worker", "failure_stop", "make_pruner", "make_sampler", "quiet_libraries", "report_steps",
-    "resolve_device", "run_sweep", "setup", "study_status", "suggest", "terminate_gracefully",
-    "unused_knobs",
+    "resolve_device", "run_sweep", "setup", "study_status", "suggest", "sweep_status",
+    "terminate_gracefully", "unused_knobs",
 ]

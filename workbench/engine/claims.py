@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from workbench import runs
-from workbench.engine.studies import make_sampler, short_metric
+from workbench import runs, selection
+from workbench.engine.studies import make_sampler, run_key, short_metric
 from workbench.processes import process_alive
 from workbench.spec import StudyPlan, Sweep
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
+from workbench.study_record import StudyRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -84,33 +85,58 @@ class Claims:
             trial.set_user_attr("worker", {"host": platform.node(), "pid": os.getpid()})
             return trial
 
-    def close_study_run(self, study: optuna.Study, plan: StudyPlan) -> None:
-        """End the study's MLflow run once the study is done, under the claim lock so that one
-        worker does it: FINISHED when it has all its trials, FAILED (with the reason) when
-        ``max_failed_trials`` stopped it."""
+    def close_study_run(self, study: optuna.Study, plan: StudyPlan, experiment_id: str) -> None:
+        """End the study's runs once the study is done, under the claim lock so that one
+        worker does it: this sweep's study run (in ``experiment_id``) by this sweep's trial
+        count, and the study's home run, when another sweep's, by the count that sweep
+        recorded. FINISHED with the best objective when the count is finished, FAILED (with
+        the reason) when ``max_failed_trials`` stopped the study short of it."""
         with self.store.lock(plan.name):
             trials = study.get_trials(deepcopy=False)
             if any(t.state == TrialState.RUNNING for t in trials):
                 return  # the worker running that trial closes the study run after it
-            run_id = study.user_attrs["mlflow_run_id"]
-            status = self.client.get_run(run_id).info.status
-            if sum(t.state in FINISHED for t in trials) >= plan.n_trials:
-                if status != runs.FINISHED:
-                    self._end_study_run(study, plan, run_id, "complete")
-            elif status == runs.RUNNING:
-                reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
-                if reason:
-                    self._end_study_run(study, plan, run_id, "fail",
-                                        tags={runs.FAIL_REASON: reason})
+            own = study.user_attrs.get(run_key(experiment_id))
+            home = study.user_attrs.get("mlflow_run_id")
+            for run_id in dict.fromkeys(r for r in (own, home) if r):
+                run = self.client.get_run(run_id)
+                if run.data.tags.get(runs.STUDY_STATE) == runs.SUPERSEDED:
+                    continue
+                wanted = plan.n_trials if run_id == own else _recorded_trials(run)
+                if wanted is not None:
+                    self._close(run, trials, wanted, plan)
 
-    def _end_study_run(self, study, plan, run_id: str, state: str, tags=None) -> None:
+    def _close(self, run, trials, wanted: int, plan: StudyPlan) -> None:
+        status, run_id = run.info.status, run.info.run_id
+        last = selection.cutoff(((t.number, t.state in FINISHED) for t in trials), wanted)
+        counted = [t for t in trials if selection.counted(t.number, last)]
+        if sum(t.state in FINISHED for t in counted) >= wanted:
+            if status != runs.FINISHED:
+                self._end_study_run(counted, plan, run_id, "complete")
+        elif status == runs.RUNNING:
+            reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
+            if reason:
+                self._end_study_run(counted, plan, run_id, "fail",
+                                    tags={runs.FAIL_REASON: reason})
+
+    def _end_study_run(self, trials, plan, run_id: str, state: str, tags=None) -> None:
         metrics, name = {}, plan.label
-        if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
-            metrics["objective"] = study.best_value
-            name = f"{plan.label} | best {short_metric(self.sweep.metric)}={study.best_value:.4g}"
+        best = best_trial(trials, self.sweep.direction)
+        if best is not None:
+            metrics["objective"] = best.value
+            name = f"{plan.label} | best {short_metric(self.sweep.metric)}={best.value:.4g}"
         runs.finish_run(self.client, run_id, state, metrics=metrics, name=name, tags=tags)
 
     # ------------------------------------------------------------------ crash housekeeping
+
+    def repair(self, study_name: str) -> None:
+        """Fail the dead trials of a study this sweep no longer runs (superseded) and end the
+        runs they left, under its lock; its crashed trials are not queued again."""
+        with self.store.lock(study_name), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study = optuna.load_study(study_name=study_name, storage=self.storage)
+            optuna.storages.fail_stale_trials(study)
+            self._fail_dead_trials(study.get_trials(deepcopy=False))
+            self._close_orphans(study, study.get_trials(deepcopy=False))
 
     def _clean_up(self, study: optuna.Study) -> list:
         """Fail dead trials, end the runs they left, queue retries; the trials after that."""
@@ -188,6 +214,25 @@ class Claims:
         reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("interrupted")
                   or "worker died")
         runs.finish_run(self.client, run_id, "fail", tags={runs.FAIL_REASON: reason})
+
+
+def best_trial(trials, direction: str) -> FrozenTrial | None:
+    """The best complete trial among ``trials`` (the lowest number among equals); None when
+    none is complete."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return None
+    sign = 1.0 if direction == "minimize" else -1.0
+    return min(complete, key=lambda t: (sign * t.value, t.number))
+
+
+def _recorded_trials(run) -> int | None:
+    """The trial count the sweep that owns a study run recorded in it."""
+    try:
+        record = StudyRecord.from_tags(run.data.tags)
+    except ValueError:
+        return None
+    return None if record is None else record.trials
 
 
 def raised_count(trials) -> int:

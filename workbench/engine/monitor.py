@@ -39,11 +39,12 @@ class Monitor:
     Each call logs the metrics of a step to ``run_id`` through ``sink``; a step with the
     objective metric adds it to the objective, checks divergence and, at a report point, reports
     the objective so far to Optuna as intermediate value ``seed_index * points + i`` (the same
-    for every trial) and asks the pruner. Both stops raise ``StopRun``.
+    for every trial) and asks the pruner (not the wilcoxon pruner, which takes one value per
+    seed, and not for an evaluation run, whose ``trial`` is None). Both stops raise ``StopRun``.
     """
 
-    def __init__(self, sweep: Sweep, sink: MetricSink, run_id: str, trial: optuna.Trial,
-                 seed: int, seed_index: int):
+    def __init__(self, sweep: Sweep, sink: MetricSink, run_id: str,
+                 trial: optuna.Trial | None, seed: int, seed_index: int):
         spec = sweep.spec
         self.sink, self.run_id, self.trial = sink, run_id, trial
         self.seed, self.seed_index = seed, seed_index
@@ -64,7 +65,8 @@ class Monitor:
                                        else value < self.bound):
             raise StopRun("diverged", f"{self.metric}={value:.4g} past the bound "
                                       f"{self.bound:g} at seed {self.seed}, step {step}")
-        if step in self.marks and math.isfinite(self.objective.value()):
+        if (self.trial is not None and self.pruner != "wilcoxon" and step in self.marks
+                and math.isfinite(self.objective.value())):
             self.trial.report(self.objective.value(),
                               self.seed_index * self.points + self.marks[step])
             if self.trial.should_prune():

@@ -42,6 +42,60 @@ def unused_knobs(plan: StudyPlan, methods: dict) -> list[str]:
     return [name for name in plan.search_space() if not read(name)]
 
 
+def _ask_wilcoxon(trial: optuna.Trial, index: int, seed: int, value: float) -> None:
+    """Optuna's WilcoxonPruner takes one value per instance, here per seed: the seed's
+    objective as intermediate step ``index`` (seeds run in the spec's fixed order), then the
+    pruner compares the trial with the best one on the seeds both have run."""
+    trial.report(value, index)
+    if trial.should_prune():
+        raise StopRun("pruned", f"wilcoxon pruner after seed {seed}")
+
+
+def build_methods(plan: StudyPlan, sampled: dict) -> tuple[dict, dict]:
+    """The plan's methods with the fixed values and the sampled ``slot.name`` values: (slot ->
+    method, slot -> {name, params} for the config)."""
+    methods, config = {}, {}
+    for m in plan.methods:
+        values = dict(m.fixed)
+        values.update({k.split(".", 1)[1]: v for k, v in sampled.items()
+                       if k.split(".", 1)[0] == m.slot})
+        methods[m.slot] = m.cls(**values)
+        config[m.slot] = {"name": m.cls.name, "params": methods[m.slot].params}
+    return methods, config
+
+
+def run_params(sweep: Sweep, device: torch.device, config_methods: dict) -> dict:
+    """The params of a trial, seed or evaluation run: task, device, every resolved task
+    parameter and hyperparameter."""
+    params = {"task": sweep.task.name, "device": str(device)}
+    params.update({f"task.{k}": v for k, v in sweep.task_params.model_dump().items()})
+    for slot, entry in config_methods.items():
+        params[f"method.{slot}"] = entry["name"]
+        params.update({f"{slot}.{k}": v for k, v in entry["params"].items()})
+    return params
+
+
+def run_tags(sweep: Sweep, plan: StudyPlan, study: optuna.Study, device: torch.device) -> dict:
+    """The tags every run below a study carries: provenance, the study's, the device and
+    Optuna's study ids."""
+    return {**runs.provenance(), **plan_tags(sweep, plan), "device": str(device),
+            "optuna.study_name": plan.name, "optuna.study_id": study._study_id}
+
+
+def execute(sweep: Sweep, methods: dict, seed: int, device: torch.device, log,
+            keep: dict | None = None) -> dict:
+    """Run the sweep's task once from ``seed`` with fresh copies of ``methods`` (no state leaks
+    from one run to the next), ``log`` as its monitor; its final metrics. ``keep``, when
+    given, receives the copies (their recorded hyperparameter reads)."""
+    # the fallback for a library draw from torch's global RNG (testbeds use named streams)
+    torch.manual_seed(seeds.int_seed(seed, "global"))
+    fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}
+    if keep is not None:
+        keep.update(fresh)
+    return sweep.task().run(sweep.task_params, fresh, seed=seed, device=device,
+                            budget=sweep.spec.budget, log=log)
+
+
 @dataclass
 class OpenTrial:
     """A claimed trial with its sampled methods and its open trial run: what each of its seed
@@ -77,6 +131,8 @@ class TrialRunner:
             try:
                 for index, seed in enumerate(sweep.seeds):
                     values.append(self._run_seed(opened, index, seed))
+                    if sweep.spec.pruner.name == "wilcoxon":
+                        _ask_wilcoxon(trial, index, seed, values[-1])
             except StopRun as stop:
                 trial.set_user_attr("prune_reason", stop.reason)
                 runs.finish_run(self.client, opened.run_id, "pruned",
@@ -101,15 +157,10 @@ class TrialRunner:
         resolved config as ``config.yaml``)."""
         sweep = self.sweep
         sampled = {name: suggest(trial, name, dist) for name, dist in plan.search_space().items()}
-        methods, config_methods = {}, {}
-        for m in plan.methods:
-            values = dict(m.fixed)
-            values.update({k.split(".", 1)[1]: v for k, v in sampled.items()
-                           if k.split(".", 1)[0] == m.slot})
-            methods[m.slot] = m.cls(**values)
-            config_methods[m.slot] = {"name": m.cls.name, "params": methods[m.slot].params}
+        methods, config_methods = build_methods(plan, sampled)
         config = {
             "sweep": sweep.name, "study": plan.name, "trial": trial.number,
+            "fingerprint": plan.fingerprint,
             "task": {"name": sweep.task.name, "params": sweep.task_params.model_dump()},
             "methods": config_methods, "seeds": sweep.seeds,
             "budget": sweep.spec.budget.model_dump(), "device": str(self.device),
@@ -117,13 +168,8 @@ class TrialRunner:
                           "at": sweep.spec.objective.at,
                           "aggregate": sweep.spec.objective.aggregate},
         }
-        params = {"task": sweep.task.name, "device": str(self.device)}
-        params.update({f"task.{k}": v for k, v in config["task"]["params"].items()})
-        for slot, entry in config_methods.items():
-            params[f"method.{slot}"] = entry["name"]
-            params.update({f"{slot}.{k}": v for k, v in entry["params"].items()})
-        tags = {**runs.provenance(), **plan_tags(sweep, plan), "device": str(self.device),
-                "optuna.study_name": plan.name, "optuna.study_id": study._study_id,
+        params = run_params(sweep, self.device, config_methods)
+        tags = {**run_tags(sweep, plan, study, self.device),
                 "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
         experiment_id = study.user_attrs["mlflow_experiment_id"]
         run_id = runs.start_run(
@@ -137,23 +183,19 @@ class TrialRunner:
     def _run_seed(self, opened: OpenTrial, index: int, seed: int) -> float:
         """Run the task from ``seed`` (the trial's ``index``-th) in its own seed run; its
         objective. Raises ``StopRun`` when pruned or diverged, whatever the task raised else."""
-        sweep, spec, plan = self.sweep, self.sweep.spec, opened.plan
+        sweep, plan = self.sweep, opened.plan
         name = f"{plan.label} t{opened.trial.number} s{seed}"
         seed_run = runs.start_run(
             self.client, opened.experiment_id, name,
             tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
             params={**opened.params, "seed": seed}, parent=opened.run_id)
         monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
-        # the fallback for a library draw from torch's global RNG (testbeds use named streams)
-        torch.manual_seed(seeds.int_seed(seed, "global"))
+        fresh: dict = {}
         try:
-            # fresh methods per seed: no state leaks from one seed to the next
-            fresh = {slot: type(m)(**m.params) for slot, m in opened.methods.items()}
             try:
-                result = sweep.task().run(sweep.task_params, fresh, seed=seed,
-                                          device=self.device, budget=spec.budget, log=monitor)
+                result = execute(sweep, opened.methods, seed, self.device, monitor, fresh)
             finally:
-                if index == 0:
+                if index == 0 and fresh:
                     self._warn_unused_knobs(plan, fresh, opened.run_id)
             value = monitor.final_value(result)
         except StopRun as stop:
@@ -183,9 +225,9 @@ class TrialRunner:
             return
         self.warned.add(plan.name)
         shown = "; ".join(f"{slot}={m.params}" for slot, m in methods.items())
-        print(f"warning: {plan.name}: {', '.join(unused)} searched but never read by the "
-              f"code in its first trial ({shown}): it has no effect there; fix it or drop it "
-              "from the search space", file=sys.stderr, flush=True)
+        print(f"warning: {self.sweep.title(plan)}: {', '.join(unused)} searched but never "
+              f"read by the code in its first trial ({shown}): it has no effect there; fix it "
+              "or drop it from the search space", file=sys.stderr, flush=True)
 
     def _fail(self, opened: OpenTrial, err: BaseException) -> None:
         """Fail the trial: its traceback as an artifact, the reason as a tag and user attr

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,12 +15,14 @@ from dataclasses import dataclass, field
 import optuna
 import torch
 
+from workbench import runs
 from workbench.engine.claims import Claims
+from workbench.engine.evaluation import Evaluator, decide, held_out_values
 from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import make_pruner, setup
 from workbench.engine.trial import TrialRunner
 from workbench.sink import MetricSink
-from workbench.spec import SpecError, Sweep, load
+from workbench.spec import SpecError, Sweep, device_kind, load
 from workbench.store import Store
 
 
@@ -55,23 +58,32 @@ class Worker:
     index: int = 0
     on_trial_end: Callable[[], None] | None = None
     warned: set = field(default_factory=set)
+    held_out: list[int] = field(default_factory=list)  # seeds to evaluate best trials on
 
     def run(self) -> None:
         storage = self.store.optuna_storage()
         client = self.store.mlflow_client()
         claims = Claims(self.sweep, self.store, storage, client)
+        experiment_id = client.get_experiment_by_name(self.sweep.name).experiment_id
         plans = self.sweep.studies
         start = self.index % len(plans)
         with MetricSink(self.store.mlflow_url) as sink:
             runner = TrialRunner(self.sweep, client, storage, sink, self.device, self.warned)
-            for plan in plans[start:] + plans[:start]:
+            order = plans[start:] + plans[:start]
+            for plan in order:
                 study = optuna.load_study(study_name=plan.name, storage=storage,
                                           pruner=make_pruner(self.sweep))
                 while (trial := claims.claim(study, plan)) is not None:
                     runner.run(study, plan, trial)
                     if self.on_trial_end:
                         self.on_trial_end()
-                claims.close_study_run(study, plan)
+                claims.close_study_run(study, plan, experiment_id)
+            if self.held_out:
+                evaluator = Evaluator(self.sweep, self.store, storage, client, sink,
+                                      self.device)
+                for plan in order:  # studies another worker finished are evaluated here too
+                    evaluator.run(optuna.load_study(study_name=plan.name, storage=storage),
+                                  plan, self.held_out)
 
 
 def terminate_gracefully() -> None:
@@ -89,22 +101,46 @@ def quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _worker_main(source: str, storage: str, device: str, index: int, threads: int) -> None:
-    """The entry point of a spawned worker process."""
+def _worker_main(source: str, storage: str, device: str, index: int, threads: int,
+                 fingerprints: list[str], held_out: list[int]) -> None:
+    """The entry point of a spawned worker process: it runs the studies the parent set up,
+    and stops (exit 2) when the spec or the code changed in between."""
     quiet_libraries()
     terminate_gracefully()
     torch.set_num_threads(threads)
-    sweep = load(source, storage=storage)
-    Worker(sweep, Store.from_url(sweep.storage), torch.device(device), index).run()
+    sweep = load(source, storage=storage).on_device(device_kind(device))
+    if [plan.fingerprint for plan in sweep.studies] != fingerprints:
+        print(f"error: {source}: the spec or the code it runs changed since this sweep "
+              "started; run the same command again", file=sys.stderr, flush=True)
+        sys.exit(2)
+    Worker(sweep, Store.from_url(sweep.storage), torch.device(device), index,
+           held_out=held_out).run()
+
+
+def _say(line: str) -> None:
+    print(f"note: {line}", file=sys.stderr, flush=True)
 
 
 def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
-              progress: Callable[[list[StudyStatus]], None] | None = None) -> list[StudyStatus]:
-    """Run (or continue) every study of ``sweep`` until each has its number of trials."""
+              progress: Callable[[list[StudyStatus]], None] | None = None,
+              say: Callable[[str], None] = _say) -> list[StudyStatus]:
+    """Run (or continue) every study of ``sweep`` until each has its number of trials.
+
+    ``say`` gets one line per change in the sweep's studies (``setup``): a study superseded
+    because the spec or the code changed, one reused from another sweep."""
     resolved = resolve_device(device or sweep.spec.device)
+    sweep = sweep.on_device(device_kind(resolved.type))
     store = Store.from_url(sweep.storage)
-    setup(sweep, store)
+    notes, superseded = setup(sweep, store)
+    for line in notes:
+        say(line)
     storage = store.optuna_storage()
+    if superseded:  # what a kill left in a study the sweep no longer runs
+        claims = Claims(sweep, store, storage, store.mlflow_client())
+        existing = {s.study_name for s in optuna.get_all_study_summaries(storage, False)}
+        for name in superseded:
+            if name in existing:
+                claims.repair(name)
 
     def refresh() -> None:
         if progress:
@@ -112,13 +148,16 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
 
     refresh()
     threads = max(1, (os.cpu_count() or 1) // workers)
-    if workers == 1:
-        torch.set_num_threads(threads)
-        Worker(sweep, store, resolved, 0, on_trial_end=refresh).run()
-    else:
+
+    def work(held_out: list[int]) -> None:
+        if workers == 1:
+            torch.set_num_threads(threads)
+            Worker(sweep, store, resolved, 0, on_trial_end=refresh, held_out=held_out).run()
+            return
         context = multiprocessing.get_context("spawn")
         procs = [context.Process(target=_worker_main,
-                                 args=(sweep.source, sweep.storage, str(resolved), i, threads))
+                                 args=(sweep.source, sweep.storage, str(resolved), i, threads,
+                                       [plan.fingerprint for plan in sweep.studies], held_out))
                  for i in range(workers)]
         for proc in procs:
             proc.start()
@@ -134,7 +173,37 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
         bad = [p.exitcode for p in procs if p.exitcode]
         if bad:
             raise RuntimeError(f"{len(bad)} worker(s) exited with codes {bad}")
+
+    plan = sweep.evaluation
+    count = plan.first if plan else 0
+    work(plan.seeds[:count] if plan else [])
+    while plan is not None:  # held-out rounds until the rule is met
+        values = held_out_values(sweep, storage, store.mlflow_client())
+        outcome = None if values is None else decide(sweep, values, count)
+        if outcome is not None:
+            _record_outcome(store, sweep, outcome, say)
+        if values is None or outcome is not None:
+            break
+        count = min(count + plan.step, len(plan.seeds))
+        say(f"held-out seeds: the best two intervals overlap; {count} seeds next")
+        work(plan.seeds[:count])
     final = study_status(sweep, storage)
     if progress:
         progress(final)
     return final
+
+
+def _record_outcome(store: Store, sweep: Sweep, outcome, say) -> None:
+    """The held-out evaluation's outcome on the sweep's experiment, for the report."""
+    client = store.mlflow_client()
+    experiment = client.get_experiment_by_name(sweep.name).experiment_id
+    client.set_experiment_tag(experiment, runs.EVALUATION_OUTCOME, outcome.model_dump_json())
+    if outcome.reason == "separated":
+        say(f"held-out seeds: {outcome.best} separates from {outcome.second} at "
+            f"{outcome.seeds} seeds")
+    elif outcome.reason == "maximum":
+        say(f"held-out seeds: {outcome.best} and {outcome.second} still overlap at the "
+            f"maximum of {outcome.seeds} seeds")
+    elif outcome.reason == "incomplete":
+        say(f"held-out seeds: some of the first {outcome.seeds} did not finish (a method "
+            "raised, or another process still runs them); run the same command again")

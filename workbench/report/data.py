@@ -19,9 +19,9 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 
-from workbench import results, runs, stats
+from workbench import fingerprint, results, runs, selection, stats
 from workbench.store import Store, redact
-from workbench.study_record import ReportOptions, StudyRecord, TargetSpec
+from workbench.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
 from workbench.validation import SpecError, shorten
 
 GRID_POINTS = 100
@@ -34,10 +34,14 @@ class ReportError(RuntimeError):
 
 @dataclass(frozen=True)
 class SweepRef:
-    """A sweep to report: its name and the URL of the store that holds it."""
+    """A sweep to report: its name and the URL of the store that holds it; ``expected``, when
+    given, the fingerprints the sweep's spec would run now (a study not among them is shown
+    stale); ``include_superseded``: also the studies a later version of the sweep replaced."""
 
     name: str
     storage: str
+    expected: frozenset[str] | None = None
+    include_superseded: bool = False
 
 
 EDGE_FRACTION = 0.05  # of a search range's width, in its own scale
@@ -76,6 +80,13 @@ class MethodData:
     seeds: pd.DataFrame  # the best trial's seed runs: run_id, seed, objective
     space: dict[str, od.BaseDistribution]
     n_trials: int  # the trials the study asks for
+    fingerprint: str = ""
+    stale: str | None = None  # why its results may not be current (code or spec changed)
+    superseded: str | None = None  # what a later version of the sweep changed (shown on ask)
+    held_out: bool = False  # ``seeds`` are held-out evaluation runs, not the tuning seeds
+    missing: str | None = None  # why the held-out evaluation the sweep asks for is not shown
+    diverged: int = 0  # held-out seeds that diverged (their objective: the worst value)
+    failed: int = 0  # held-out seeds whose method raised (not shown)
 
 
 @dataclass
@@ -89,6 +100,7 @@ class SweepData:
     params: pd.DataFrame
     history: pd.DataFrame
     methods: list[MethodData] = field(default_factory=list)
+    outcome: EvaluationOutcome | None = None  # how many held-out seeds the sweep used, why
 
     @property
     def metric(self) -> str:
@@ -101,7 +113,9 @@ class SweepData:
 
 def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData:
     """Everything the report draws of one sweep; ``options`` None: the sweep's own, as its
-    study runs recorded them."""
+    study runs recorded them. The studies are the sweep's current ones (and the superseded
+    ones when ``ref.include_superseded``); a study shared with another sweep has its trials in
+    that sweep's experiment, which is read too."""
     store = Store.from_url(ref.storage)
     if not store.exists():
         raise ReportError(f"no store at {redact(ref.storage)}; run `workbench sweep` first")
@@ -109,32 +123,48 @@ def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData
     if experiment is None:
         raise ReportError(f"the store has no runs of sweep {ref.name!r}")
     frame = results.runs(store, experiment)
-    if runs.KIND not in frame or not (frame[runs.KIND] == runs.SEED).any():
+    if runs.KIND not in frame or not (frame[runs.KIND] == runs.STUDY).any():
         raise ReportError(f"sweep {ref.name!r} has no runs yet")
-    studies = study_records(ref.name, frame)
+    studies = study_records(ref.name, frame, ref.include_superseded)
+    homes = sorted({str(study[runs.HOME_EXPERIMENT]) for study, _ in studies
+                    if isinstance(study.get(runs.HOME_EXPERIMENT), str)} - {experiment})
+    experiments = [experiment, *homes]
+    if homes:
+        frame = pd.concat([frame, results.runs(store, homes)], ignore_index=True)
+    if not (frame[runs.KIND] == runs.SEED).any():
+        raise ReportError(f"sweep {ref.name!r} has no runs yet")
     record = studies[0][1]
     options = options if options is not None else record.report
     keys = {record.metric, "objective", *(options.metrics or []),
             *(a for a in options.x_axes if a != "step")}
     if options.target:
         keys.add(options.target.metric)
-    history = results.metric_history(store, experiment, sorted(keys))
+    history = results.metric_history(store, experiments, sorted(keys))
     history["run_id"] = history["run_id"].astype(str)
     history["key"] = history["key"].astype(str)
     data = SweepData(ref.name, ref.storage, experiment, record, options, frame,
-                     results.params(store, experiment), history)
+                     results.params(store, experiments), history)
+    outcome = results.experiment_tags(store, experiment).get(runs.EVALUATION_OUTCOME)
+    if outcome:
+        data.outcome = EvaluationOutcome.model_validate_json(outcome)
     objective = history[history["key"] == "objective"].groupby("run_id")["value"].last()
     for study, study_record in studies:
-        data.methods.append(_method(data, study, study_record, objective))
+        data.methods.append(_method(data, study, study_record, objective, ref.expected))
     return data
 
 
-def study_records(sweep: str, frame: pd.DataFrame) -> list[tuple[pd.Series, StudyRecord]]:
-    """Each study run with its record, in the sweep's order; a study without one (written by
-    an older workbench) is a SpecError that says to rerun the sweep."""
+def study_records(sweep: str, frame: pd.DataFrame, include_superseded: bool = False
+                  ) -> list[tuple[pd.Series, StudyRecord]]:
+    """Each current study run of the sweep with its record, in the sweep's order (the
+    superseded ones after them when asked for); a study without a record or a fingerprint
+    (written by an older workbench) is a SpecError that says to rerun the sweep."""
     found, missing = [], []
-    for _, study in frame[frame[runs.KIND] == runs.STUDY].iterrows():
+    studies = frame[frame[runs.KIND] == runs.STUDY]
+    for _, study in studies.iterrows():
         name = str(study.get(runs.STUDY_NAME))
+        superseded = study.get(runs.STUDY_STATE) == runs.SUPERSEDED
+        if superseded and not include_superseded:
+            continue
         try:
             record = StudyRecord.from_tags(study)
         except ValueError as err:
@@ -142,19 +172,21 @@ def study_records(sweep: str, frame: pd.DataFrame) -> list[tuple[pd.Series, Stud
                             f"its {runs.STUDY_RECORD} tag is unreadable "
                             f"({shorten(str(err))}); rerun `workbench sweep` on the sweep's "
                             "spec to rewrite it") from None
-        if record is None:
+        if record is None or not isinstance(study.get(runs.FINGERPRINT), str):
             missing.append(name)
         else:
             found.append((study, record))
     if missing:
         raise SpecError(f"sweep {sweep}", "",
                         f"{_studies(missing)} written by an older workbench: no "
-                        f"{runs.STUDY_RECORD} tag, which the report reads in place of the "
-                        "spec; rerun `workbench sweep` on the sweep's spec to add it (a "
-                        "complete sweep runs no trial again), then the report")
+                        f"{runs.STUDY_RECORD} or {runs.FINGERPRINT} tag, which the report "
+                        "reads in place of the spec; rerun `workbench sweep` on the sweep's "
+                        "spec (a study without a fingerprint runs again, keyed by what "
+                        "determines it), then the report")
     if not found:
-        raise ReportError(f"sweep {sweep!r} has no study runs")
-    return sorted(found, key=lambda pair: (pair[1].position, str(pair[0][runs.STUDY_NAME])))
+        raise ReportError(f"sweep {sweep!r} has no current study runs")
+    return sorted(found, key=lambda pair: (pair[0].get(runs.STUDY_STATE) == runs.SUPERSEDED,
+                                           pair[1].position, str(pair[0][runs.STUDY_NAME])))
 
 
 def _studies(names: list[str]) -> str:
@@ -165,20 +197,23 @@ def _studies(names: list[str]) -> str:
     return f"study {shown} was" if len(names) == 1 else f"studies {shown} were"
 
 
-def _method(data: SweepData, study: pd.Series, record: StudyRecord,
-            objective: pd.Series) -> MethodData:
+def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: pd.Series,
+            expected: frozenset[str] | None) -> MethodData:
     frame = data.runs
     trials = frame[(frame[runs.KIND] == runs.TRIAL)
                   & (frame[runs.STUDY_NAME] == study[runs.STUDY_NAME])].copy()
     trials["objective"] = trials["run_id"].map(objective)
     trials["number"] = trials["optuna.trial_number"].astype(int)
     trials["reason"] = trials.get(runs.PRUNE_REASON)
+    finished = trials["status"].isin([runs.FINISHED, runs.KILLED])
+    last = selection.cutoff(zip(trials["number"], finished, strict=True), record.trials)
+    trials = trials[[selection.counted(n, last) for n in trials["number"]]]
     done = trials[(trials["status"] == runs.FINISHED) & trials["objective"].notna()]
     best_run, seeds = None, pd.DataFrame(columns=["run_id", "seed", "objective"])
     if not done.empty:
-        pick = (done["objective"].idxmin() if record.direction == "minimize"
-                else done["objective"].idxmax())
-        best_run = done.loc[pick, "run_id"]
+        ranked = done.assign(key=done["objective"] * (1 if record.direction == "minimize"
+                                                      else -1))
+        best_run = ranked.sort_values(["key", "number"]).iloc[0]["run_id"]
         seeds = frame[(frame[runs.KIND] == runs.SEED)
                      & (frame["mlflow.parentRunId"] == best_run)
                      & (frame["status"] == runs.FINISHED)].copy()
@@ -188,10 +223,74 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord,
     fidelity = tagged or {study.get(runs.FIDELITY)}
     space = {name: od.json_to_distribution(json.dumps(dist))
              for name, dist in record.space.items()}
-    return MethodData(str(study[runs.METHOD]),
-                      fidelity.pop() if len(fidelity) == 1 else "mixed",
-                      trials.sort_values("number"), best_run, seeds.sort_values("seed"), space,
-                      record.trials)
+    digest = str(study[runs.FINGERPRINT])
+    label = str(study[runs.METHOD])
+    superseded = None
+    if study.get(runs.STUDY_STATE) == runs.SUPERSEDED:
+        superseded = str(study.get(runs.SUPERSEDED_NOTE) or "replaced by a later version")
+        label = f"{label} (superseded {digest[:7]})"
+    method = MethodData(label, fidelity.pop() if len(fidelity) == 1 else "mixed",
+                        trials.sort_values("number"), best_run, seeds.sort_values("seed"),
+                        space, record.trials, digest,
+                        None if superseded else _stale(study, digest, expected), superseded)
+    if record.evaluation is not None and best_run is not None:
+        best = int(trials.loc[trials["run_id"] == best_run, "number"].iloc[0])
+        _held_out(data, method, study, record, best, objective)
+    return method
+
+
+def held_out_seeds(data: SweepData, record: StudyRecord) -> list[int]:
+    """The held-out seeds the sweep uses: all it asks for, or as many as its adaptive rule
+    decided."""
+    plan = record.evaluation
+    count = data.outcome.seeds if data.outcome is not None else plan.first
+    return plan.seeds[: min(count, len(plan.seeds))]
+
+
+def _held_out(data: SweepData, m: MethodData, study: pd.Series, record: StudyRecord,
+              best: int, objective: pd.Series) -> None:
+    """Show the best trial's held-out evaluation runs in place of its tuning seeds, once every
+    held-out seed has run (a diverged one counts as the worst value); else say what is
+    missing."""
+    frame, wanted = data.runs, held_out_seeds(data, record)
+    if runs.EVALUATES not in frame:
+        m.missing = "its best trial has no held-out runs yet; run the sweep again"
+        return
+    runs_of = frame[(frame[runs.KIND] == runs.EVALUATION)
+                    & (frame[runs.STUDY_NAME] == study[runs.STUDY_NAME])
+                    & (frame[runs.EVALUATES] == str(best))].copy()
+    runs_of["seed"] = runs_of[runs.SEED_TAG].astype(int)
+    runs_of = runs_of[runs_of["seed"].isin(wanted)]
+    done = runs_of[runs_of["status"] == runs.FINISHED].drop_duplicates("seed", keep="last")
+    m.failed = int(runs_of.loc[~runs_of["seed"].isin(done["seed"]), "seed"].nunique())
+    if len(done) < len(wanted):
+        m.missing = (f"{len(done)} of {len(wanted)} held-out seeds of its best trial have run"
+                     "; run the sweep again")
+        return
+    diverged = done.get(runs.DIVERGED, pd.Series(index=done.index, dtype=object)).notna()
+    worst = math.inf if record.direction == "minimize" else -math.inf
+    done["objective"] = np.where(diverged, worst, done["run_id"].map(objective))
+    m.seeds, m.held_out, m.diverged = done.sort_values("seed"), True, int(diverged.sum())
+
+
+def _stale(study: pd.Series, digest: str, expected: frozenset[str] | None) -> str | None:
+    """Why a study's results may not be current: modules it ran whose files have changed
+    since (or are gone), or a spec that would run another study now; None when neither."""
+    text = runs.joined_tag(study, runs.FINGERPRINT_DOC)
+    changed = []
+    if text is not None:
+        try:
+            document, _ = json.JSONDecoder().raw_decode(text)
+            changed = fingerprint.recheck(document.get("code", {}))
+        except ValueError:
+            changed = ["(its recorded fingerprint is unreadable)"]
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more"
+                                          if len(changed) > 3 else "")
+        return f"code changed since it ran: {shown}"
+    if expected is not None and digest not in expected:
+        return "the spec (or the code) now asks for another study"
+    return None
 
 
 def curve_on_grid(d: SweepData, run_ids: list[str], metric: str, axis: str):

@@ -4,7 +4,7 @@ its provenance, then the index, into a staging folder that replaces the target w
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from workbench.report import figures, folder
@@ -16,16 +16,25 @@ from workbench.study_record import ReportOptions
 
 
 def build(sweeps: SweepRef | Sequence[SweepRef], out_dir: Path, *, title: str | None = None,
-          options: ReportOptions | None = None) -> list[Path]:
+          options: ReportOptions | None = None,
+          say: Callable[[str], None] | None = None) -> list[Path]:
     """Write the report of ``sweeps`` (each a name and a store URL) into ``out_dir``,
     atomically (``workbench.report.folder``); the paths written, under ``out_dir``.
 
     ``title`` defaults to the sweep's name; ``options`` (a report spec's) default to the
-    sweep's own as its study runs recorded them, or to ``ReportOptions()`` for several."""
+    sweep's own as its study runs recorded them, or to ``ReportOptions()`` for several.
+    ``say`` hears of each study shown that is stale or lacks its held-out evaluation (the
+    captions say it too)."""
     refs = [sweeps] if isinstance(sweeps, SweepRef) else list(sweeps)
     if options is None and len(refs) > 1:
         options = ReportOptions()
     data = [read_sweep(ref, options) for ref in refs]
+    for d in data:
+        for m in d.methods:
+            if say and m.stale and not m.superseded:
+                say(f"{d.name}: {m.label} is stale ({m.stale}); rerun the sweep")
+            if say and m.missing and not m.superseded:
+                say(f"{d.name}: {m.label} is shown on its tuning seeds: {m.missing}")
     title = title or refs[0].name
     target = folder.replaceable(Path(out_dir))
     staging = folder.staging(target)

@@ -15,6 +15,7 @@ Every interval is drawn by ``workbench.stats``. No pyplot: no backend, no global
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench import runs, stats
-from workbench.report import folder
+from workbench.report import captions, folder
 from workbench.report.data import SweepData, curve_on_grid, pooled_scores, range_edge
 from workbench.study_record import ReportOptions
 
@@ -34,7 +35,6 @@ STYLES = ["-", "--", ":", "-."]
 UNITS = {"step": "step (optimizer updates)", "cost/samples": "samples seen",
          "cost/grad_evals": "gradient evaluations", "cost/loss_evals": "loss evaluations",
          "time/wall_seconds": "wall seconds (optimizer time)", "cost/tokens": "tokens"}
-BAND_RESAMPLES = 1000  # at most, per learning-curve band
 BEST_OF_K_RESAMPLES = 200
 
 
@@ -67,20 +67,20 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
     used, drawn = [], False
     for ax, d in zip(axes, sweeps, strict=True):
         for m in d.methods:
-            if m.seeds.empty:
+            shown = _finite(m.seeds)  # a diverged held-out seed has no whole curve
+            if shown.empty:
                 continue
-            grid, values = curve_on_grid(d, m.seeds["run_id"].tolist(), metric, axis)
+            grid, values = curve_on_grid(d, shown["run_id"].tolist(), metric, axis)
             if grid is None:
                 continue
             centre = np.array([stats.aggregate(values[:, j], options.aggregate)
                                for j in range(values.shape[1])])
-            low, high = stats.bootstrap_band(values, options.aggregate, options.confidence,
-                                             min(options.resamples, BAND_RESAMPLES))
+            low, high = stats.interval_band(values, options.aggregate, options.confidence)
             style.line(ax, m.label, grid, centre)
             ax.fill_between(grid, low, high, color=style.colour(m.label), alpha=0.18,
                             linewidth=0)
-            ax.lines[-1].set_label(f"{m.label} (n={values.shape[0]})")
-            used += m.seeds["run_id"].tolist()
+            ax.lines[-1].set_label(f"{captions.name(m)} (n={values.shape[0]})")
+            used += shown["run_id"].tolist()
             drawn = True
         if d.record.metric_directions.get(metric) == "minimize":
             _log_if_wide(ax, d.history[d.history["key"] == metric]["value"], "y")
@@ -89,9 +89,8 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
         ax.set_title(f"{d.name}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2 if len(d.methods) > 7 else 1)
-    fig.suptitle(f"{metric} of each method's best trial: {options.aggregate} over "
-                 f"seeds (n in legend),\n{options.confidence:.0%} bootstrap band", fontsize=9)
-    fig.tight_layout()
+    _caption(fig, f"{metric} of each method's best trial: {options.aggregate} over seeds (n "
+                  "in legend) with its band", sweeps, options)
     return Drawing(folder.curves_stem(metric, axis), fig, used, sweeps) if drawn else None
 
 
@@ -104,25 +103,27 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
     for ax, d in zip(axes, sweeps, strict=False):
         methods = [m for m in d.methods if not m.seeds.empty]
         for i, m in enumerate(methods):
-            values = m.seeds["objective"]
+            values = m.seeds["objective"].to_numpy(dtype=float)
             centre = stats.aggregate(values, options.aggregate)
-            low, high = stats.bootstrap_ci(values, options.aggregate, options.confidence,
-                                           options.resamples)
-            err = None if math.isnan(low) else [[centre - low], [high - centre]]
+            interval = stats.interval(values, options.aggregate, options.confidence)
+            err = (None if math.isnan(interval.low)
+                   else [[centre - interval.low], [interval.high - centre]])
             ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(m.label), capsize=3)
+            finite = values[np.isfinite(values)]  # every seed as a point below its interval
+            ax.scatter(finite, np.full(finite.size, i - 0.18), marker="|", s=40,
+                       color=style.colour(m.label), alpha=0.7)
             used += m.seeds["run_id"].tolist()
         ax.set_yticks(range(len(methods)),
-                      [f"{m.label}{' †' if m.fidelity != 'reference-checked' else ''} "
-                       f"(n={len(m.seeds)})" for m in methods])
+                      [f"{captions.name(m)} (n={len(m.seeds)})" for m in methods])
         ax.set_xlabel(f"{d.metric} ({d.record.at}; "
                       f"{'lower' if d.direction == 'minimize' else 'higher'} is better)")
-        if methods and d.direction == "minimize":
-            _log_if_wide(ax, pd.concat([m.seeds["objective"] for m in methods]), "x")
+        if methods and d.direction == "minimize":  # an interval below 0 runs off the left
+            _log_if_wide(ax, pd.concat([m.seeds["objective"] for m in methods]), "x",
+                         nonpositive="clip")
         ax.set_title(d.name, fontsize=10)
         ax.grid(alpha=0.3, axis="x")
-    fig.suptitle(f"{options.aggregate.upper()} over seeds of each method's best "
-                 f"trial, {options.confidence:.0%} bootstrap CI", fontsize=10)
-    fig.tight_layout()
+    _caption(fig, f"{options.aggregate.upper()} over seeds of each method's best trial with "
+                  "its interval; ticks below: every seed", sweeps, options)
     return Drawing("final", fig, used, sweeps)
 
 
@@ -136,7 +137,8 @@ def _final_across(ax, sweeps: list[SweepData], options: ReportOptions, style: St
         ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(label), capsize=3)
     ax.set_yticks(range(len(pooled)), [f"{k} (n={len(v[0])})" for k, v in pooled.items()])
     ax.set_xlabel("normalised score per sweep (1 = best run, 0 = worst; higher is better)")
-    ax.set_title(f"all {len(sweeps)} sweeps: stratified bootstrap", fontsize=10)
+    ax.set_title(f"all {len(sweeps)} sweeps: stratified percentile bootstrap",
+                 fontsize=10)
     ax.grid(alpha=0.3, axis="x")
 
 
@@ -157,7 +159,7 @@ def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
         for m in methods:
             frac = stats.performance_profile(m.seeds["objective"], taus, d.direction)
             style.line(ax, m.label, taus, frac, drawstyle="steps-post")
-            ax.lines[-1].set_label(f"{m.label} (n={len(m.seeds)})")
+            ax.lines[-1].set_label(f"{captions.name(m)} (n={len(m.seeds)})")
             used += m.seeds["run_id"].tolist()
         if log:
             ax.set_xscale("log")
@@ -167,8 +169,7 @@ def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
         ax.set_title(d.name, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Performance profiles of each method's best trial over seeds", fontsize=10)
-    fig.tight_layout()
+    _caption(fig, "Performance profiles of each method's best trial over seeds", sweeps)
     return Drawing("profiles", fig, used, sweeps)
 
 
@@ -225,6 +226,10 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
             x = pd.to_numeric(raw, errors="coerce").to_numpy()
             if getattr(dist, "log", False):
                 ax.set_xscale("log")
+                ax.set_xlim(dist.low / 1.3, dist.high * 1.3)
+            else:
+                pad = 0.05 * (dist.high - dist.low) or 0.5
+                ax.set_xlim(dist.low - pad, dist.high + pad)
             for end in (dist.low, dist.high):  # the search range
                 ax.axvline(end, color="0.5", linestyle="--", linewidth=0.8)
         ax.scatter(x, done["objective"], color=style.colour(m.label), s=18)
@@ -253,13 +258,39 @@ def _best_edge(params: pd.DataFrame, m, name: str, dist) -> str | None:
     return range_edge(params.loc[m.best_run, name], dist)
 
 
+def _finite(seeds: pd.DataFrame) -> pd.DataFrame:
+    return seeds[np.isfinite(seeds["objective"].to_numpy(dtype=float))]
+
+
+def _caption(fig: Figure, title: str, sweeps: list[SweepData],
+             options: ReportOptions | None = None) -> None:
+    """The figure's title with what every caption says: the seeds of selection and of the
+    figure, the intervals, the marks; wrapped to the figure's width."""
+    width = max(60, int(fig.get_figwidth() * 15))
+    parts = [title + "."]
+    for d in sweeps:
+        prefix = f"{d.name}: " if len(sweeps) > 1 else ""
+        parts.append(f"{prefix}{captions.selection(d)}.")
+    if options is not None:
+        counts = [len(m.seeds) for d in sweeps for m in d.methods]
+        parts.append(captions.intervals(options.aggregate, options.confidence, counts) + ".")
+    marks = captions.marks(m for d in sweeps for m in d.methods)
+    if marks:
+        parts.append(marks + ".")
+    text = "\n".join(textwrap.fill(part, width) for part in parts)
+    lines = text.count("\n") + 1
+    fig.suptitle(text, fontsize=8, ha="left", x=0.01)
+    fig.set_figheight(fig.get_figheight() + 0.14 * lines)
+    fig.tight_layout()  # it leaves room for the suptitle
+
+
 def _axes(count: int, width: float = 6.0):
     fig = Figure(figsize=(max(width * count, 8.0), 4.6))
     axes = fig.subplots(1, count, squeeze=False)
     return fig, axes[0]
 
 
-def _log_if_wide(ax, values, which: str) -> None:
+def _log_if_wide(ax, values, which: str, nonpositive: str = "mask") -> None:
     """A log scale when every value is positive and they span more than a factor of 20."""
     v = pd.to_numeric(pd.Series(values), errors="coerce").dropna().to_numpy()
     v = v[np.isfinite(v)]
@@ -267,4 +298,4 @@ def _log_if_wide(ax, values, which: str) -> None:
     # rounding can put a converged suboptimality at 0 or just below: those points are masked
     if positive.size >= 0.5 * max(v.size, 1) and positive.size and \
             positive.max() > 20 * positive.min():
-        (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive="mask")
+        (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive=nonpositive)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench import stats
 from workbench.report.data import SweepData
 from workbench.store import redact
 from workbench.study_record import ReportOptions
@@ -22,9 +23,17 @@ class Provenance:
 
     def settings(self) -> dict:
         o = self.options
-        return {"aggregate": o.aggregate, "confidence": o.confidence, "resamples": o.resamples,
-                "bootstrap": "percentile; stratified over sweeps where several", "seed": 0,
-                "best_trial": "best objective among complete trials, on the same seeds"}
+        return {"aggregate": o.aggregate, "confidence": o.confidence,
+                "intervals": {how: stats.INTERVAL_METHODS[how] for how in ("iqm", "mean",
+                                                                          o.aggregate)},
+                "bootstrap": "percentile, only for scores pooled over several sweeps "
+                             "(stratified by sweep) and the best-of-k band",
+                "resamples": o.resamples, "seed": 0, "small_n": stats.SMALL_N,
+                "best_trial": "best objective among the complete trials the sweep counts (up "
+                              "to its N-th finished one), chosen on the tuning seeds; shown "
+                              "on the held-out seeds where the sweep evaluated it",
+                "studies": "current ones (superseded only when asked); each keyed by its "
+                           "fingerprint, listed under 'fingerprints'"}
 
     def write(self, path: Path, run_ids, sweeps: list[SweepData]) -> None:
         """``path`` with the suffix ``.json``: the provenance of the file at ``path``."""
@@ -40,5 +49,7 @@ class Provenance:
             "git_commits": sorted(used.get("git.commit", pd.Series(dtype=str)).dropna()
                                   .unique().tolist()),
             "statistics": self.settings(),
+            "fingerprints": {f"{d.name}/{m.label}": m.fingerprint for d in sweeps
+                             for m in d.methods},
         }
         path.with_suffix(".json").write_text(json.dumps(record, indent=1))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from workbench import runs, stats
+from workbench.report import captions
 from workbench.report.data import (
     EDGE_FRACTION,
     MethodData,
@@ -45,14 +46,19 @@ class ResultsTable:
             rows.append(_row(d, m, options))
             used += m.trials["run_id"].tolist() + m.seeds["run_id"].tolist()
         frame = pd.DataFrame(rows)
-        caption = (f"{d.name}: {d.metric} ({d.direction}, {d.record.at}) over the seeds of "
-                   f"each method's best trial (chosen on those seeds). Best per column in "
-                   f"bold; † reconstructed from the paper's text.")
+        caption = (f"{d.name}: {d.metric} ({d.direction}, {d.record.at}); "
+                   f"{captions.selection(d)}. "
+                   f"{captions.intervals(('iqm', 'mean'), options.confidence, frame['seeds'])}"
+                   f"; 'iqm' is the interquartile mean (25% trimmed). Best per column in bold.")
+        marks = captions.marks(d.methods)
+        if marks:
+            caption += f" {marks}."
         if any(EDGE_NOTE in row["best_params"] for row in rows):
             caption += (f" 'edge': the best value lies within {EDGE_FRACTION:.0%} of an end "
                         "of its search range (in the range's scale, log or linear): the range "
                         "may have decided the ranking; widen it and tune again.")
-        return cls(frame, _best_cells(frame, d.direction), caption, options.confidence,
+        current = frame[[m.superseded is None for m in d.methods]]
+        return cls(frame, _best_cells(current, d.direction), caption, options.confidence,
                    options.target is not None, used)
 
     def csv(self) -> str:
@@ -94,8 +100,12 @@ class ResultsTable:
             def cell(column, text, i=i):
                 return bold(text) if self.best.get(column) == i else text
 
-            cells = [row["method"] + (dagger if row["fidelity"] != "reference-checked" else ""),
-                     cell("iqm", _interval(row["iqm"], row["iqm_low"], row["iqm_high"])),
+            iqm = _interval(row["iqm"], row["iqm_low"], row["iqm_high"])
+            if 0 < row["seeds"] < 4:
+                iqm += " (= mean)"
+            cells = [row["method"] + (dagger if row["fidelity"] != "reference-checked" else "")
+                     + (f" {captions.STALE}" if row["stale"] else ""),
+                     cell("iqm", iqm),
                      cell("mean", _interval(row["mean"], row["mean_low"], row["mean_high"])),
                      str(row["seeds"])]
             if self.with_target:
@@ -114,13 +124,15 @@ def _row(d: SweepData, m: MethodData, options: ReportOptions) -> dict:
     diverged = int((pruned.get("reason") == "diverged").sum())
     counted = int(trials["status"].isin([runs.FINISHED, runs.KILLED]).sum())
     row = {"method": m.label, "fidelity": m.fidelity, "seeds": len(m.seeds),
+           "shown_on": "held-out" if m.held_out else "tuning",
            "trials": f"{counted}/{m.n_trials}", "pruned": len(pruned) - diverged,
-           "diverged": diverged, "failed": int((trials["status"] == runs.FAILED).sum())}
+           "diverged": diverged, "failed": int((trials["status"] == runs.FAILED).sum()),
+           "stale": m.stale or "", "fingerprint": m.fingerprint}
     values = m.seeds["objective"].to_numpy(dtype=float)
     for how in ("iqm", "mean"):
         row[how] = stats.aggregate(values, how)
-        row[f"{how}_low"], row[f"{how}_high"] = stats.bootstrap_ci(
-            values, how, options.confidence, options.resamples)
+        interval = stats.interval(values, how, options.confidence)
+        row[f"{how}_low"], row[f"{how}_high"] = interval.low, interval.high
     if options.target:
         row["steps_to_target"], row["not_reached"] = steps_to_target(d, m, options.target)
     row["best_params"] = _best_params(d, m)
@@ -158,11 +170,14 @@ def _best_cells(table: pd.DataFrame, direction: str) -> dict[str, int]:
 
 @dataclass
 class ImprovementTable:
-    """P(row beats column) for a random seed of each method's best trial."""
+    """P(row beats column) for a random seed of each method's best trial; a cell between
+    methods with fewer than ``stats.SMALL_N`` seeds is marked unreliable."""
 
     sweep: str
     matrix: pd.DataFrame
     run_ids: list[str]
+    counts: dict[str, int]  # label -> seeds
+    selection: str  # the seeds note (``captions.selection``)
 
     @classmethod
     def of(cls, d: SweepData) -> ImprovementTable | None:
@@ -177,19 +192,29 @@ class ImprovementTable:
                 matrix.loc[a.label, b.label] = (
                     math.nan if a is b else stats.probability_of_improvement(
                         [a.seeds["objective"]], [b.seeds["objective"]], d.direction))
-        return cls(d.name, matrix, [r for m in methods for r in m.seeds["run_id"]])
+        return cls(d.name, matrix, [r for m in methods for r in m.seeds["run_id"]],
+                   {m.label: len(m.seeds) for m in methods}, captions.selection(d))
 
     def csv(self) -> str:
         return self.matrix.to_csv()
 
+    def unreliable(self, row: str, column: str) -> bool:
+        return min(self.counts[row], self.counts[column]) < stats.SMALL_N
+
     def markdown(self) -> str:
         labels = list(self.matrix.index)
-        lines = [f"P(row beats column) for a random seed of each method's best trial, "
-                 f"{self.sweep}", "", "| | " + " | ".join(labels) + " |",
-                 "|" + "---|" * (len(labels) + 1)]
-        for label in labels:
-            lines.append(f"| {label} | " + " | ".join(
-                "—" if pd.isna(v) else f"{v:.2f}" for v in self.matrix.loc[label]) + " |")
+        caption = (f"P(row beats column) for a random seed of each method's best trial, "
+                   f"{self.sweep} (Mann-Whitney U / nm); {self.selection}.")
+        if any(self.unreliable(a, b) for a in labels for b in labels):
+            caption += (f" * unreliable: fewer than {stats.SMALL_N} seeds on a side, where "
+                        "the statistic takes few values and even a perfect 1.00 arises by "
+                        "chance alone (5% of the time with 3 seeds each).")
+        lines = [caption, "", "| | " + " | ".join(f"{a} (n={self.counts[a]})" for a in labels)
+                 + " |", "|" + "---|" * (len(labels) + 1)]
+        for a in labels:
+            lines.append(f"| {a} (n={self.counts[a]}) | " + " | ".join(
+                "—" if pd.isna(v) else f"{v:.2f}" + ("*" if self.unreliable(a, b) else "")
+                for b, v in self.matrix.loc[a].items()) + " |")
         return "\n".join(lines) + "\n"
 
 
@@ -209,4 +234,5 @@ def _interval(centre, low, high) -> str:
 
 
 def _tex(text: str) -> str:
-    return re.sub(r"([&%$#_{}])", r"\\\1", str(text)).replace("†", r"$\dagger$")
+    return re.sub(r"([&%$#_{}])", r"\\\1", str(text)).replace("†", r"$\dagger$").replace(
+        "‡", r"$\ddagger$")

@@ -1,0 +1,251 @@
+"""A study's fingerprint: a hash of everything that determines its results.
+
+The engine keys every study by ``digest(document)``, where the document (built by
+``workbench.spec.Sweep.fingerprint``) holds the task and its parameters, the budget, the seeds,
+the objective, each method's fixed values and search space, the sampler and pruner settings,
+the device kind, the versions of the numerical libraries, and the *code*: a content hash of
+every module of the project's own packages that the run imports, found statically from the
+task's and the methods' modules and the engine's trial runner (``code_hashes``). An
+uncommitted edit to one of those files changes the fingerprint; an edit to README, a test or a
+module the run never imports does not.
+
+Imports are read from the source (``ast``), not from ``sys.modules``: a process imports far
+more than one run needs (the registry imports every method), and the answer must not depend on
+what happened to be imported before. Every ``import`` statement counts, at module level or in a
+function, except those under ``if TYPE_CHECKING:``; a package's ``__init__`` counts wherever a
+module inside it is imported. Files are parsed once per process (cached by path, size and
+modification time), which keeps the fingerprint of a sweep to milliseconds
+(``benchmarks/fingerprint_cost.py``).
+
+``changes(old, new)`` says in one line what differs between two documents
+(``budget.steps 200 → 50``); ``recheck(code)`` which recorded modules differ from the files on
+disk now (the report's staleness check, which needs no import of the modules themselves).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+VERSION = 1  # of the document's layout; a new layout is a new fingerprint
+SHORT = 12  # hex digits of the digest in study names and tables
+
+# the numerical libraries whose version can change a number: always these three (optuna's
+# samplers draw the trials), and these when the run's code imports them
+ALWAYS_VERSIONED = ("numpy", "optuna", "torch")
+PROJECT = ("workbench", "methods")  # the project's own packages, always hashed when imported
+VERSIONED_IF_IMPORTED = {"scipy": "scipy", "sklearn": "scikit-learn",
+                         "transformers": "transformers", "gymnasium": "gymnasium"}
+
+
+def digest(document: Mapping[str, Any]) -> str:
+    """SHA-256 of the document's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------- the code
+
+
+def code_hashes(roots: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(module -> content hash, distribution -> version) for ``roots`` (module names) and every
+    module they import, directly or not, of the project (``PROJECT``) or of a root's own
+    top-level package (a method in another installed package). The versions are those of
+    ``ALWAYS_VERSIONED`` and of the libraries in ``VERSIONED_IF_IMPORTED`` that any of those
+    modules imports."""
+    roots = list(roots)
+    own = {*PROJECT, *(root.split(".")[0] for root in roots)}
+    seen: dict[str, str] = {}
+    third_party: set[str] = set()
+    todo = [name for root in roots for name in _with_parents(root)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = module_file(name)
+        if path is None:
+            continue
+        content_hash, imported = _scan(str(path), *_stamp(path))
+        seen[name] = content_hash
+        for target in _resolve(name, path, imported):
+            top = target.split(".")[0]
+            if top in own:
+                todo.extend(_with_parents(target))
+            else:
+                third_party.add(top)
+    versions = {dist: _version(dist) for dist in ALWAYS_VERSIONED}
+    for top, dist in VERSIONED_IF_IMPORTED.items():
+        if top in third_party:
+            versions[dist] = _version(dist)
+    return dict(sorted(seen.items())), dict(sorted(versions.items()))
+
+
+def recheck(code: Mapping[str, str]) -> list[str]:
+    """The modules of a recorded ``code`` map whose file now hashes differently or is gone."""
+    changed = []
+    for name, recorded in code.items():
+        path = module_file(name)
+        if path is None or _scan(str(path), *_stamp(path))[0] != recorded:
+            changed.append(name)
+    return changed
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of module ``name`` (a package's ``__init__.py``), found from its
+    top-level package's location without importing anything below it; None when absent."""
+    top, *rest = name.split(".")
+    base = _package_dir(top)
+    if base is None:
+        return _single_file_module(top) if not rest else None
+    folder = base.joinpath(*rest)
+    for candidate in (folder / "__init__.py", folder.with_suffix(".py") if rest else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_dir(top: str) -> Path | None:
+    module = sys.modules.get(top)
+    locations = getattr(module, "__path__", None) if module is not None else None
+    if locations is None:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return None
+        locations = spec.submodule_search_locations if spec else None
+    for location in locations or ():
+        if (Path(location) / "__init__.py").is_file():
+            return Path(location)
+    return None
+
+
+def _single_file_module(top: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_size, info.st_mtime_ns
+
+
+@cache
+def _scan(path: str, size: int, mtime_ns: int) -> tuple[str, tuple[tuple[str, int, tuple], ...]]:
+    """(content hash, the file's import statements as (module, level, names)); cached per
+    file version."""
+    data = Path(path).read_bytes()
+    imports: list[tuple[str, int, tuple]] = []
+    try:
+        tree = ast.parse(data)
+    except SyntaxError:  # the hash still changes with the text; the run will say what is wrong
+        tree = ast.Module(body=[], type_ignores=[])
+    _collect(tree.body, imports)
+    return hashlib.sha256(data).hexdigest()[:16], tuple(imports)
+
+
+def _collect(body: list[ast.stmt], out: list) -> None:
+    for node in body:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            _collect(node.orelse, out)
+            continue
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, 0, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", node.level, tuple(a.name for a in node.names)))
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                _collect([c for c in children if isinstance(c, ast.AST)], out)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _resolve(name: str, path: Path, imported) -> list[str]:
+    """The module names an import statement of module ``name`` (file ``path``) may load."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = []
+    for module, level, names in imported:
+        if level:
+            base = package.split(".")
+            if level > 1:
+                base = base[: len(base) - (level - 1)]
+            module = ".".join([*base, module] if module else base)
+        if not module:
+            continue
+        targets.append(module)
+        targets.extend(f"{module}.{n}" for n in names if n != "*")
+    return targets
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+# -------------------------------------------------------------------------------- differences
+
+
+def changes(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 4) -> str:
+    """What differs between two fingerprint documents, in one line: ``budget.steps 200 → 50``;
+    changed modules as ``code: methods.step_size.polyak``; at most ``limit`` items shown."""
+    old_flat, new_flat = _flatten(old), _flatten(new)
+    items, code = [], []
+    for key in sorted(old_flat.keys() | new_flat.keys()):
+        before, after = old_flat.get(key, _ABSENT), new_flat.get(key, _ABSENT)
+        if before == after:
+            continue
+        if key.startswith("code."):
+            code.append(key.removeprefix("code."))
+        else:
+            items.append(f"{key} {_show(before)} → {_show(after)}")
+    if code:
+        items.append(f"code: {', '.join(code[:3])}" + (f" and {len(code) - 3} more"
+                                                       if len(code) > 3 else ""))
+    if not items:
+        return "nothing recorded differs"
+    shown = "; ".join(items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+_ABSENT = object()
+
+
+def _flatten(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in document.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _show(value: Any) -> str:
+    if value is _ABSENT:
+        return "(none)"
+    if isinstance(value, list) and len(value) > 6 and all(isinstance(v, int) for v in value):
+        return f"[{value[0]}..{value[-1]}] ({len(value)})"
+    return json.dumps(value) if not isinstance(value, str) else value
