@@ -151,6 +151,47 @@ def test_the_code_is_every_module_the_run_imports_and_nothing_else(write_spec, p
                                                             after.studies[1].document)
 
 
+def _imports_by_ast(text: str) -> set:
+    """The import statements ``ast`` finds, outside ``if TYPE_CHECKING:`` blocks."""
+    import ast
+
+    found = set()
+
+    def walk(body):
+        for node in body:
+            test = getattr(node, "test", None)
+            if isinstance(node, ast.If) and getattr(test, "id", getattr(test, "attr", None)) \
+                    == "TYPE_CHECKING":
+                walk(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update((alias.name, 0, ()) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                found.add((node.module or "", node.level, tuple(a.name for a in node.names)))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                if isinstance(getattr(node, field, None), list):
+                    walk(getattr(node, field))
+
+    walk(ast.parse(text).body)
+    return found
+
+
+def test_the_line_scanner_finds_every_import_ast_finds_in_the_project():
+    from tests.conftest import ROOT
+
+    files = [*(ROOT / "workbench").rglob("*.py"), *(ROOT / "methods").rglob("*.py")]
+    assert len(files) > 100
+    for path in files:
+        text = path.read_text()
+        assert _imports_by_ast(text) <= set(fingerprint.imports(text)), path
+    tricky = ("from . import (a,\n    b as c)  # x\nimport os, sys as system\n"
+              "if TYPE_CHECKING:\n    import hidden\nelse:\n    import shown\n"
+              "def f():\n    from .. x import y\n")
+    assert fingerprint.imports(tricky.replace(".. x", "..x")) == [
+        ("", 1, ("a", "b")), ("os", 0, ()), ("sys", 0, ()), ("shown", 0, ()),
+        ("x", 2, ("y",))]
+
+
 def test_two_entries_that_are_the_same_study_are_refused(write_spec):
     document = tiny_spec(methods={"step_size": [{"name": "constant", "label": "A"},
                                                 {"name": "constant", "label": "B"}]})
