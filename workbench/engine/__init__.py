@@ -4,8 +4,10 @@ A worker claims a trial (``claims``: the claim protocol and the repair of what a
 runs it (``trial``: it samples the hyperparameters and runs the task once per seed, one MLflow
 run each, with a ``monitor`` as the task's ``log``, which reports intermediate values for
 pruning at ``pruner.report_points`` steps per seed) and returns the objective aggregated over
-seeds. ``studies`` creates the studies and their runs, ``workers`` runs one or several workers,
-``status`` says where each study stands. Runs are written in the layout of ``workbench.runs``.
+seeds. ``studies`` creates the studies (keyed by their fingerprint) and their runs and marks the
+superseded ones, ``evaluation`` re-runs each study's best trial on held-out seeds, ``workers``
+runs one or several workers, ``status`` says where each study stands. Runs are written in the
+layout of ``workbench.runs``.
 """
 
 from workbench.engine.claims import FINISHED, Claims, Heartbeat, failure_stop

@@ -11,9 +11,12 @@
   ``provenance.json`` for the whole report (``provenance``), and ``index.html`` showing
   everything (``index``).
 
-The best trial is chosen on the same seeds it is reported on (as the tuning saw them);
-captions say so. Modules: ``data`` (what is read back), ``figures``, ``tables``,
-``provenance``, ``index``, ``folder`` (file names, atomic replacement), ``entry`` (``build``).
+It shows each sweep's current studies (superseded ones on request), marks the stale ones
+(code changed since they ran), and shows each best trial on its held-out evaluation seeds where
+the sweep ran them; every caption says on which seeds the best trial was chosen and shown, and
+how its intervals are made. Modules: ``data`` (what is read back), ``captions`` (the words
+every caption shares), ``figures``, ``tables``, ``provenance``, ``index``, ``folder`` (file
+names, atomic replacement), ``entry`` (``build``).
 """
 
 from workbench.report.data import ReportError, SweepRef

@@ -4,8 +4,9 @@ history (a handful of SQL queries, ``workbench.results``), each study's record
 method of the report) its trials, its best trial and that trial's seeds; then curves on a common
 grid, steps to a target and scores pooled across sweeps.
 
-The best trial is the best objective among complete trials, on the same seeds it is reported on
-(as the tuning saw them).
+The best trial is the best objective among the complete trials the sweep counts
+(``workbench.selection``), chosen on the tuning seeds; where the sweep evaluated it on held-out
+seeds, those runs are what the report shows of it.
 """
 
 from __future__ import annotations
