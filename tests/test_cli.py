@@ -31,6 +31,15 @@ def test_run_prints_readable_final_metrics(tmp_path):
     assert "train/suboptimality" in out.stdout and "Polyak(c=0.5" in out.stdout
 
 
+def test_run_with_no_slot_named_runs_every_slot_with_the_task_default(tmp_path):
+    """README: every RL slot has a default; `run cartpole` used to say "name at least one
+    slot"."""
+    out = run_cli("run", "cartpole", "--steps", "1", "num_envs=4", "rollout_len=16",
+                  "--json", "--device", "cpu", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["env_steps"] == 64
+
+
 def test_methods_and_tasks_tables(tmp_path):
     out = run_cli("methods", "--family", "step_size", cwd=tmp_path).stdout
     assert "armijo" in out and "reconstructed" in out and "Vaswani" in out and "lr=0.1 in" in out

@@ -246,6 +246,9 @@ def cmd_run(args) -> int:
             method_values.setdefault(slot, {})[name] = _parse_value(value)
         else:
             task_values[key] = _parse_value(value)
+    if not chosen:  # every slot takes the task's default: name them, a spec must name one
+        chosen = {slot: task.default_methods[slot] for slot in task.slots
+                  if slot in task.default_methods}
     missing = [s for s in task.slots if s not in chosen and s not in task.default_methods]
     if missing:
         raise spec.SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "
@@ -450,7 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from workbench.validation import SpecError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "run":  # SLOT=METHOD and PARAM=V may also follow the options
+        args.assignments += [e for e in extra if "=" in e and not e.startswith("-")]
+        extra = [e for e in extra if "=" not in e or e.startswith("-")]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except (SpecError, UsageError) as err:
