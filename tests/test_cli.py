@@ -40,6 +40,26 @@ def test_run_with_no_slot_named_runs_every_slot_with_the_task_default(tmp_path):
     assert json.loads(out.stdout)["env_steps"] == 64
 
 
+def test_run_reports_every_mistake_in_the_words_typed(tmp_path):
+    out = run_cli("run", "logreg", "step_size=constant", "step_size.lrr=1", "n_sampels=3",
+                  "--steps", "0", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0] == "error: workbench run: 3 problems", out.stderr
+    assert lines[1].startswith("  --steps: Input should be greater than or equal to 1")
+    assert lines[2].startswith("  n_sampels: unknown key; did you mean 'n_samples'?")
+    assert lines[3].startswith("  step_size.lrr: step_size/constant has no hyperparameter "
+                               "'lrr'; did you mean 'lr'?")
+    unknown = run_cli("run", "logreg", "step_size=polyk", cwd=tmp_path)
+    assert unknown.returncode == 2
+    message = unknown.stderr.strip()
+    assert message.startswith("error: workbench run: step_size=polyk: unknown step_size "
+                              "method 'polyk'; did you mean 'polyak'? allowed for task logreg:")
+    allowed = message.split("allowed for task logreg: ")[1].split(", ")
+    assert "polyak" in allowed and "fw_open_loop" not in allowed and "pg_polyak" not in allowed
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_methods_and_tasks_tables(tmp_path):
     out = run_cli("methods", "--family", "step_size", cwd=tmp_path).stdout
     assert "armijo" in out and "reconstructed" in out and "Vaswani" in out and "lr=0.1 in" in out

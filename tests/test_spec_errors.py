@@ -30,7 +30,7 @@ CASES = {
     "unknown task param": (tiny_spec(task={"name": "logreg", "params": {"samples": 3}}),
                            "task.params.samples", "allowed: batch_size"),
     "unknown method": (tiny_spec(methods={"step_size": ["constant", "adamw"]}),
-                       "methods.step_size[1]", "allowed: adagrad_norm, adam,"),
+                       "methods.step_size[1]", "allowed for task logreg: adagrad_norm, adam,"),
     "unknown slot": (tiny_spec(methods={"step_size": ["constant"], "entropy": ["bonus"]}),
                      "methods.entropy", "allowed: step_size"),
     "missing slot": (tiny_spec(methods={}), "methods", "at least one slot"),
@@ -41,7 +41,7 @@ CASES = {
     "task param out of range": (tiny_spec(task={"name": "logreg",
                                                 "params": {"label_noise": 0.7}}),
                                 "task.params.label_noise", "less than 0.5"),
-    "bad choice": (tiny_spec(sampler="bayes"), "sampler.name", "'tpe', 'random', 'grid'"),
+    "bad choice": (tiny_spec(sampler="bayes"), "sampler.name", "allowed: tpe, random, grid"),
     "fixed value out of range": (
         tiny_spec(methods={"step_size": [{"name": "armijo", "fixed": {"beta": 2.0}}]}),
         "methods.step_size[0].fixed.beta", "outside"),
@@ -81,6 +81,37 @@ def test_spec_error_exits_2_names_the_key_and_writes_nothing(case, write_spec, t
     assert files_under(tmp_path) == before
 
 
+def test_every_mistake_of_a_spec_is_reported_at_once_with_suggestions(write_spec, tmp_path,
+                                                                       monkeypatch, capsys):
+    """Five typos cost one run, not five: each problem on a line with its key path, the
+    allowed values and, for a misspelt name, the closest one."""
+    spec = tiny_spec(trails=3, pruner={"name": "medain"},
+                     task={"name": "logreg", "params": {"n_sample": 64}},
+                     methods={"step_size": ["constnt", {"name": "polyak", "fixed": {"gama": 1}},
+                                            "armijo"]},
+                     budget={"stpes": 20, "samples": 0})
+    spec_file = write_spec(spec)
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    assert cli.main(["sweep", str(spec_file), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0].endswith("spec.yaml: 7 problems"), err
+    expected = [
+        "trails: unknown key; did you mean 'trials'? allowed: budget,",
+        "pruner.name: 'medain': did you mean 'median'? allowed: median, hyperband,",
+        "budget.stpes: unknown key; did you mean 'steps'? allowed: samples, steps,",
+        "budget.samples: Input should be greater than or equal to 1",
+        "task.params.n_sample: unknown key; did you mean 'n_samples'? allowed:",
+        "methods.step_size[0]: unknown step_size method 'constnt'; did you mean 'constant'?",
+        "methods.step_size[1].fixed.gama: step_size/polyak has no hyperparameter 'gama'; "
+        "did you mean 'gamma0'? allowed:",
+    ]
+    for text in expected:
+        assert sum(line.strip().startswith(text) for line in lines) == 1, (text, err)
+    assert "Traceback" not in err and files_under(tmp_path) == before
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("task: [unclosed\n", "not valid YAML"),
     ("- a\n- b\n", "top level must be a mapping"),
@@ -103,9 +134,11 @@ def test_unreadable_yaml_exits_2(text, fragment, tmp_path, monkeypatch, capsys):
     (["frobnicate"], "invalid choice"),
     (["run", "mnist"], "unknown task 'mnist'"),
     (["run", "logreg"], "name a method: step_size=NAME"),
-    (["run", "logreg", "step_size=adamw"], "allowed: adagrad_norm, adam,"),
-    (["run", "logreg", "step_size=constant", "step_size.lr=-1"], "step_size[0].fixed.lr"),
-    (["run", "logreg", "step_size=constant", "n_sample=3"], "task.params.n_sample"),
+    (["run", "logreg", "step_size=adamw"], "allowed for task logreg: adagrad_norm, adam,"),
+    # in the words the user typed, not the spec's key paths
+    (["run", "logreg", "step_size=constant", "step_size.lr=-1"], "run: step_size.lr: "),
+    (["run", "logreg", "step_size=constant", "n_sample=3"],
+     "run: n_sample: unknown key; did you mean 'n_samples'?"),
     (["status", "spec.yaml", "--storage", "oracle://x"], "unsupported storage"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(args, fragment, write_spec, tmp_path,

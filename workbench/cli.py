@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
 
 EXIT_BAD_INPUT = 2
 EXIT_SHORT = 3  # `sweep`: a study ended with fewer finished trials than it asks for
@@ -252,7 +251,7 @@ def cmd_run(args) -> int:
     missing = [s for s in task.slots if s not in chosen and s not in task.default_methods]
     if missing:
         raise spec.SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "
-                             + ", ".join(registry.available(missing[0])))
+                             + ", ".join(spec.fitting_methods(task, missing[0])))
     if not 0 <= args.seed <= spec.MAX_SEED:
         raise spec.SpecError(source, "--seed", f"allowed: an integer in [0, {spec.MAX_SEED}]")
     steps = args.steps if args.steps is not None else 100
@@ -261,10 +260,10 @@ def cmd_run(args) -> int:
                             for slot, name in chosen.items()},
                 "seeds": [args.seed], "trials": 1, "budget": {"steps": steps}}
     try:
-        checked = spec.SweepSpec.model_validate(document)
-    except ValidationError as err:
-        raise spec.spec_error(source, err) from None
-    sweep = spec.resolve(checked, source)
+        sweep = spec.check(document, source)
+    except spec.SpecError as err:  # in the words the user typed, not the spec's key paths
+        problems = [(_as_typed(path, chosen), message) for path, message in err.problems]
+        raise spec.SpecError(source, *problems[0], more=problems[1:]) from None
     methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
     device = engine.resolve_device(args.device)
     torch.manual_seed(seeds.int_seed(args.seed, "global"))  # as the engine does
@@ -281,6 +280,19 @@ def cmd_run(args) -> int:
             shown = f"{value:.10g}" if isinstance(value, float) and math.isfinite(value) else value
             print(f"  {key:<22} {shown}")
     return 0
+
+
+def _as_typed(path: str, chosen: dict) -> str:
+    """A spec key path as `workbench run` takes it: ``methods.step_size[0].fixed.lr`` ->
+    ``step_size.lr``, ``methods.step_size[0]`` -> ``step_size=...``, ``task.params.dim`` ->
+    ``dim``, ``budget.steps`` -> ``--steps``, ``seeds`` -> ``--seed``."""
+    if match := re.fullmatch(r"methods\.(\w+)\[0\]\.fixed\.(.+)", path):
+        return f"{match[1]}.{match[2]}"
+    if match := re.fullmatch(r"methods\.(\w+)(\[0\](\.name)?)?", path):
+        return f"{match[1]}={chosen.get(match[1], 'METHOD')}"
+    if path.startswith("task.params."):
+        return path.removeprefix("task.params.")
+    return {"budget.steps": "--steps", "seeds": "--seed", "task.name": "TASK"}.get(path, path)
 
 
 def cmd_ui(args) -> int:

@@ -24,7 +24,7 @@ from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
 from workbench.study_record import EvaluationPlan, ReportOptions, StudyRecord
 from workbench.testbeds import Budget, Task, get_task
-from workbench.validation import SpecError, Strict, shorten, spec_error
+from workbench.validation import SpecError, Strict, did_you_mean, shorten, validate
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a sweep's or a report's name
 
@@ -327,57 +327,98 @@ def load(path: str | Path, storage: str | None = None, device: str | None = None
     """Read and check a spec; ``storage`` and ``device`` (from the command line) override the
     spec's."""
     source = str(path)
-    data = read_yaml(path)
+    return check(read_yaml(path), source, Path(path).stem, storage=storage, device=device)
+
+
+def check(data: dict, source: str, default_name: str = "sweep", storage: str | None = None,
+          device: str | None = None) -> Sweep:
+    """A spec's mapping validated and resolved; a SpecError with every problem of both."""
     try:
-        spec = SweepSpec.model_validate(data)
-    except ValidationError as err:
-        raise spec_error(source, err) from None
-    return resolve(spec, source, default_name=Path(path).stem, storage=storage, device=device)
+        spec = validate(SweepSpec, data, source)
+    except SpecError as err:
+        raise _with_resolution_problems(err, data, source, default_name, storage) from None
+    return resolve(spec, source, default_name=default_name, storage=storage, device=device)
+
+
+def _suggesting(message: str, name, known) -> str:
+    """``...; allowed: ...`` with ``did you mean ...?`` before the allowed values."""
+    return message.replace("; allowed:", f"; {did_you_mean(name, known)}allowed:", 1)
+
+
+def _with_resolution_problems(err: SpecError, data: dict, source: str, default_name: str,
+                              storage: str | None) -> SpecError:
+    """``err`` (the spec's structural problems) with what resolving the rest finds too: the
+    keys with problems are dropped (back to their defaults) and the remainder resolved, so
+    an unknown method and a misspelt pruner are both reported in one run."""
+    broken = {re.split(r"[.\[]", path, maxsplit=1)[0] for path, _ in err.problems}
+    if not broken or broken & {"task", "methods", ""}:
+        return err
+    try:
+        rest = SweepSpec.model_validate({k: v for k, v in data.items() if k not in broken})
+        resolve(rest, source, default_name, storage)
+    except SpecError as more:
+        return SpecError.of([err, more])
+    except (ValidationError, ValueError, LookupError):
+        return err
+    return err
 
 
 def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             storage: str | None = None, device: str | None = None) -> Sweep:
+    """The checked spec resolved into studies; a SpecError with every problem found (the
+    task's name is needed before its slots and parameters can be checked)."""
+    problems: list[SpecError] = []
     name = spec.name or default_name
     if not re.match(NAME_PATTERN, name):
-        raise SpecError(source, "name", f"{shorten(name)}: allowed: a letter or digit, then up "
-                                        "to 99 of [A-Za-z0-9_.-] (the file name when name is "
-                                        "unset)")
+        problems.append(SpecError(source, "name", f"{shorten(name)}: allowed: a letter or "
+                                  "digit, then up to 99 of [A-Za-z0-9_.-] (the file name when "
+                                  "name is unset)"))
     try:
         task = get_task(spec.task.name)
     except LookupError as err:
-        raise SpecError(source, "task.name", str(err)) from None
+        from workbench.testbeds import TASKS
+
+        raise SpecError.of([*problems, SpecError(
+            source, "task.name", _suggesting(str(err), spec.task.name, TASKS))]) from None
     try:
-        task_params = task.Params.model_validate(spec.task.params)
-    except ValidationError as err:
-        raise spec_error(source, err, prefix="task.params") from None
+        task_params = validate(task.Params, spec.task.params, source, prefix="task.params")
+    except SpecError as err:
+        problems.append(err)
 
     metric = spec.objective.metric or task.default_objective
     if metric not in task.metrics:
-        raise SpecError(source, "objective.metric",
-                        f"task {task.name} has no metric {shorten(metric)}; allowed: "
-                        + ", ".join(task.metrics))
-    direction = spec.objective.direction or task.metrics[metric]
+        problems.append(SpecError(source, "objective.metric", f"task {task.name} has no metric "
+                                  f"{shorten(metric)}; {did_you_mean(metric, task.metrics)}"
+                                  f"allowed: " + ", ".join(task.metrics)))
+    direction = spec.objective.direction or task.metrics.get(metric, "minimize")
     for i, curve in enumerate(spec.report.metrics or []):
         if curve not in task.metrics:
-            raise SpecError(source, f"report.metrics[{i}]", f"task {task.name} has no metric "
-                            f"{shorten(curve)}; allowed: " + ", ".join(task.metrics))
+            problems.append(SpecError(source, f"report.metrics[{i}]", f"task {task.name} has "
+                                      f"no metric {shorten(curve)}; "
+                                      f"{did_you_mean(curve, task.metrics)}allowed: "
+                                      + ", ".join(task.metrics)))
 
     notes: list[str] = []
     per_slot: list[list[MethodChoice]] = []
     for slot, entries in spec.methods.items():
         if slot not in task.slots:
-            raise SpecError(source, f"methods.{slot}",
-                            f"task {task.name} has no slot {shorten(slot)}; allowed: "
-                            + ", ".join(task.slots))
-        per_slot.append(_resolve_slot(source, task, slot, entries, notes))
+            problems.append(SpecError(source, f"methods.{slot}",
+                                      f"task {task.name} has no slot {shorten(slot)}; "
+                                      f"{did_you_mean(slot, task.slots)}allowed: "
+                                      + ", ".join(task.slots)))
+            continue
+        per_slot.append(_resolve_slot(source, task, slot, entries, notes, problems))
     for slot in task.slots:
         if slot in spec.methods:
             continue
         if slot not in task.default_methods:
-            raise SpecError(source, f"methods.{slot}",
-                            f"task {task.name} needs methods for slot {slot!r}")
+            problems.append(SpecError(source, f"methods.{slot}",
+                                      f"task {task.name} needs methods for slot {slot!r}"))
+            continue
         default = registry.get(slot, task.default_methods[slot])
         per_slot.append([MethodChoice(slot, default, {}, {}, implicit=True)])
+    if problems:
+        raise SpecError.of(problems)
 
     seeds = list(range(spec.seeds)) if isinstance(spec.seeds, int) else list(spec.seeds)
     kind = device_kind(device or spec.device)
@@ -430,11 +471,14 @@ def evaluation_plan(spec: EvaluationSpec | None, tuning: list[int]) -> Evaluatio
                           step=spec.seeds.step or spec.seeds.min)
 
 
-def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
+def _resolve_slot(source, task, slot, entries, notes, problems) -> list[MethodChoice]:
+    """The slot's methods; each entry's problems go to ``problems`` (and the entry is left
+    out), so a spec's every mistake is reported at once."""
     try:
         names = registry.available(slot)
     except registry.RegistryError as err:
-        raise SpecError(source, f"methods.{slot}", str(err)) from None
+        problems.append(SpecError(source, f"methods.{slot}", str(err)))
+        return []
     if entries == "all":
         chosen = []
         for method_name in names:
@@ -444,7 +488,8 @@ def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
             except SpecError as err:
                 notes.append(f"skipping {slot}/{method_name}: {err.message}")
         if not chosen:
-            raise SpecError(source, f"methods.{slot}", f"no {slot} method fits task {task.name}")
+            problems.append(SpecError(source, f"methods.{slot}",
+                                      f"no {slot} method fits task {task.name}"))
         return chosen
     chosen, seen = [], set()
     for i, entry in enumerate(entries):
@@ -453,10 +498,15 @@ def _resolve_slot(source, task, slot, entries, notes) -> list[MethodChoice]:
         entry = MethodEntry(name=entry) if isinstance(entry, str) else entry
         label = entry.label or entry.name
         if label in seen:
-            raise SpecError(source, name_at if entry.label is None else f"{where}.label",
-                            f"{slot}/{label} is listed twice; give each entry its own label")
+            problems.append(SpecError(source, name_at if entry.label is None
+                                      else f"{where}.label", f"{slot}/{label} is listed "
+                                      "twice; give each entry its own label"))
+            continue
         seen.add(label)
-        chosen.append(_resolve_method(source, task, slot, where, entry, name_at))
+        try:
+            chosen.append(_resolve_method(source, task, slot, where, entry, name_at))
+        except SpecError as err:
+            problems.append(err)
     return chosen
 
 
@@ -464,14 +514,19 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
                     name_at: str | None = None) -> MethodChoice:
     try:
         cls = registry.get(slot, entry.name)
-    except registry.RegistryError as err:
-        raise SpecError(source, name_at or where, str(err)) from None
+    except registry.RegistryError:
+        fitting = fitting_methods(task, slot)
+        raise SpecError(source, name_at or where,
+                        f"unknown {slot} method {shorten(entry.name)}; "
+                        f"{did_you_mean(entry.name, fitting)}allowed for task {task.name}: "
+                        + ", ".join(fitting)) from None
     allowed = ", ".join(sorted(cls.hyperparameters)) or "(none)"
     fixed = {}
     for key, value in entry.fixed.items():
         if key not in cls.hyperparameters:
             raise SpecError(source, f"{where}.fixed.{key}",
-                            f"{cls.key()} has no hyperparameter {shorten(key)}; allowed: {allowed}")
+                            f"{cls.key()} has no hyperparameter {shorten(key)}; "
+                            f"{did_you_mean(key, cls.hyperparameters)}allowed: {allowed}")
         try:
             fixed[key] = cls.hyperparameters[key].validate(value)
         except HyperparameterError as err:
@@ -498,7 +553,8 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
     for key in entry.search_space:
         if key not in cls.hyperparameters:
             raise SpecError(source, f"{where}.search_space.{key}",
-                            f"{cls.key()} has no hyperparameter {shorten(key)}; allowed: {allowed}")
+                            f"{cls.key()} has no hyperparameter {shorten(key)}; "
+                            f"{did_you_mean(key, cls.hyperparameters)}allowed: {allowed}")
         if key in fixed:
             raise SpecError(source, f"{where}.search_space.{key}",
                             "is also fixed; give it either a fixed value or a search range")
@@ -529,6 +585,17 @@ def _check_requirements(source, task, where, cls, fixed, space) -> None:
                 f"{cls.key()} (with {shown}) needs {', '.join(unmet)}, which task "
                 f"{task.name} does not provide (it provides: {', '.join(sorted(task.provides))})",
             )
+
+
+def fitting_methods(task: type[Task], slot: str) -> list[str]:
+    """The methods of ``slot`` that ``task`` can run with their defaults."""
+    demanded = task.slot_requires.get(slot, frozenset())
+    fits = []
+    for name in registry.available(slot):
+        needs = _default_requirements(registry.get(slot, name))
+        if demanded <= needs and needs <= task.provides:
+            fits.append(name)
+    return fits
 
 
 def _default_requirements(cls) -> frozenset[str]:
@@ -634,9 +701,9 @@ def load_report(path: str | Path, storage: str | None = None) -> ReportPlan:
         sweep = load(path, storage=storage)
         return ReportPlan(sweep.name, [sweep], sweep.spec.report)
     try:
-        spec = ReportFile.model_validate(data)
-    except ValidationError as err:
-        raise spec_error(str(path), err) from None
+        spec = validate(ReportFile, data, str(path))
+    except SpecError:
+        raise
     base = Path(path).resolve().parent
     sweeps = []
     for i, entry in enumerate(spec.sweeps):

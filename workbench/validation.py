@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import reprlib
 import types
@@ -33,15 +34,42 @@ MESSAGE_CHARS = 2000  # a message longer than this loses its middle, never "allo
 
 
 class SpecError(ValueError):
-    """A bad spec or argument: one message naming the file, the key path and what is allowed."""
+    """A bad spec or argument: one message naming the file, the key path and what is allowed;
+    ``problems``, every (path, message) found at once (the first is ``path``, ``message``)."""
 
-    def __init__(self, source: str, path: str, message: str):
-        if len(message) > MESSAGE_CHARS:
-            half = MESSAGE_CHARS // 2
-            message = f"{message[:half]} ... {message[-half:]}"
-        self.source, self.path, self.message = source, clip(path), message
-        where = f"{source}: {self.path}" if path else source
-        super().__init__(f"{where}: {message}")
+    def __init__(self, source: str, path: str, message: str,
+                 more: list[tuple[str, str]] | None = None):
+        problems = [(clip(p), _cut(m)) for p, m in [(path, message), *(more or [])]]
+        self.source, self.problems = source, problems
+        self.path, self.message = problems[0]
+        if len(problems) == 1:
+            where = f"{source}: {self.path}" if path else source
+            super().__init__(f"{where}: {self.message}")
+        else:
+            lines = [f"  {p}: {m}" if p else f"  {m}" for p, m in problems]
+            super().__init__(f"{source}: {len(problems)} problems\n" + "\n".join(lines))
+
+    @classmethod
+    def of(cls, errors: list[SpecError]) -> SpecError:
+        """One error holding every problem of ``errors`` (of one source)."""
+        problems = [p for err in errors for p in err.problems]
+        return cls(errors[0].source, *problems[0], more=problems[1:])
+
+
+def _cut(message: str) -> str:
+    if len(message) > MESSAGE_CHARS:
+        half = MESSAGE_CHARS // 2
+        message = f"{message[:half]} ... {message[-half:]}"
+    return message
+
+
+def did_you_mean(name: Any, allowed) -> str:
+    """``did you mean 'steps'? `` when ``name`` is close to one of ``allowed`` (difflib's
+    ratio of at least 0.7), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1, cutoff=0.7)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 class Strict(BaseModel):
@@ -55,12 +83,12 @@ class Strict(BaseModel):
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
             allowed = set(cls.model_fields)
-            for key in data:
-                if key not in allowed:
-                    raise PydanticCustomError(
-                        "unknown_key", "unknown key {key}; allowed: {allowed}",
-                        {"key": clip(str(key)), "allowed": ", ".join(sorted(allowed))},
-                    )
+            unknown = [clip(str(key)) for key in data if key not in allowed]
+            if unknown:  # every one at once; the message names the first
+                raise PydanticCustomError(
+                    "unknown_key", "unknown key {key}; allowed: {allowed}",
+                    {"key": unknown[0], "keys": unknown, "allowed": ", ".join(sorted(allowed))},
+                )
             for key, value in data.items():
                 _refuse_boolean_number(str(key), cls.model_fields[key], value)
         return data
@@ -148,22 +176,91 @@ def _depth(err: dict) -> tuple[int, bool]:
     return len(keys), err["type"] not in _GENERIC
 
 
+def validate(model: type[BaseModel], data: Any, source: str, prefix: str = "") -> Any:
+    """``model.model_validate(data)``, or a SpecError with every problem at once: an unknown
+    key stops pydantic at its model, so each round drops the unknown keys found (from a copy)
+    and validates again, until no unknown key is left."""
+    data = copy.deepcopy(data)
+    problems: list[tuple[str, str]] = []
+    for _ in range(MAX_ROUNDS):
+        try:
+            checked = model.model_validate(data)
+        except ValidationError as err:
+            found = spec_error(source, err, prefix).problems
+            problems += [p for p in found if p not in problems]
+            if not _drop_unknown(data, err):
+                break
+        else:
+            if not problems:
+                return checked
+            break
+    raise SpecError(source, *problems[0], more=problems[1:])
+
+
+MAX_ROUNDS = 20  # of ``validate``: nested models with unknown keys, one level per round
+
+
+def _drop_unknown(data: Any, err: ValidationError) -> bool:
+    """Remove the unknown keys ``err`` reports from ``data`` (walking its location, skipping
+    the parts that name a union branch); whether any was removed."""
+    removed = False
+    for error in err.errors():
+        if error["type"] != "unknown_key":
+            continue
+        here = data
+        for part in error["loc"]:
+            if isinstance(here, dict) and part in here:
+                here = here[part]
+            elif isinstance(here, list) and isinstance(part, int) and part < len(here):
+                here = here[part]
+        if isinstance(here, dict):
+            for key in error["ctx"].get("keys", [error["ctx"]["key"]]):
+                for actual in [k for k in here if clip(str(k)) == key]:
+                    del here[actual]
+                    removed = True
+    return removed
+
+
 def spec_error(source: str, err: ValidationError, prefix: str = "") -> SpecError:
-    """The most specific of pydantic's errors (it reports one per union branch)."""
-    first = max(err.errors(), key=_depth)
-    path = key_path(first["loc"])
-    message = first["msg"]
-    if first["type"] == "unknown_key":
-        path = f"{path}.{first['ctx']['key']}" if path else first["ctx"]["key"]
-        message = f"unknown key; allowed: {first['ctx']['allowed']}"
-    elif first["type"] == "boolean_number":
-        path = f"{path}.{first['ctx']['key']}" if path else first["ctx"]["key"]
-    elif first["type"] == "finite_number":
-        message = f"{shorten(first['input'])} is not finite; allowed: a finite number"
-    elif first["type"] == "missing":
-        message = "required key is missing"
-    elif first["type"] == "value_error":
-        message = message.removeprefix("Value error, ")
+    """Every problem pydantic found, once per key path: for a path, the most specific of its
+    errors (pydantic reports one per union branch), and no bare type error of a path under
+    which a deeper one explains it."""
+    best: dict[str, dict] = {}
+    for error in err.errors():
+        path = key_path(error["loc"])
+        if path not in best or _depth(error) > _depth(best[path]):
+            best[path] = error
+    problems = []
+    for path, error in best.items():
+        deeper = any(other != path and (not path or other.startswith((f"{path}.", f"{path}[")))
+                     for other in best)
+        if deeper and error["type"] in _GENERIC:
+            continue
+        problems += _describe(path, error)
     if prefix:
-        path = f"{prefix}.{path}" if path else prefix
-    return SpecError(source, path, message)
+        problems = [(f"{prefix}.{path}" if path else prefix, message)
+                    for path, message in problems]
+    return SpecError(source, *problems[0], more=problems[1:])
+
+
+def _describe(path: str, error: dict) -> list[tuple[str, str]]:
+    """One pydantic error as (key path, message) pairs (an unknown_key error: one per key)."""
+    kind, message = error["type"], error["msg"]
+    if kind == "unknown_key":
+        allowed = error["ctx"]["allowed"].split(", ")
+        return [(f"{path}.{key}" if path else key,
+                 f"unknown key; {did_you_mean(key, allowed)}allowed: {error['ctx']['allowed']}")
+                for key in error["ctx"].get("keys", [error["ctx"]["key"]])]
+    if kind == "boolean_number":
+        path = f"{path}.{error['ctx']['key']}" if path else error["ctx"]["key"]
+    elif kind == "finite_number":
+        message = f"{shorten(error['input'])} is not finite; allowed: a finite number"
+    elif kind == "missing":
+        message = "required key is missing"
+    elif kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    elif kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", error["ctx"].get("expected", ""))
+        message = (f"{shorten(error['input'])}: {did_you_mean(error['input'], choices)}"
+                   f"allowed: {', '.join(choices)}")
+    return [(path, message)]
