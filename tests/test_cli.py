@@ -60,6 +60,13 @@ def test_run_reports_every_mistake_in_the_words_typed(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_version(tmp_path):
+    import workbench
+
+    out = run_cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == f"workbench {workbench.__version__}\n"
+
+
 def test_methods_and_tasks_tables(tmp_path):
     out = run_cli("methods", "--family", "step_size", cwd=tmp_path).stdout
     assert "armijo" in out and "reconstructed" in out and "Vaswani" in out and "lr=0.1 in" in out

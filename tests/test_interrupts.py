@@ -1,9 +1,11 @@
 """SIGTERM or Ctrl-C during a sweep: the sink flushes, runs are marked, nothing is lost."""
 
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -11,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import study_name, tiny_spec
-from tests.waiting import communicate, kill, tail, wait_until
+from tests.waiting import communicate, kill, scaled, tail, wait_until
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -59,3 +61,35 @@ def test_a_signal_flushes_metrics_and_marks_the_runs(signum, write_spec, tmp_pat
     assert steps == list(range(len(steps))) and len(steps) > 100
     for key in ("cost/samples", "method/step_size", "time/wall_seconds"):
         assert len(client.get_metric_history(seed_run.info.run_id, key)) == len(steps)
+
+
+@pytest.mark.parametrize("module", ["workbench.cli", "workbench.spec", "torch"])
+def test_ctrl_c_while_the_command_line_starts_prints_one_line_and_exits_130(module, tmp_path,
+                                                                            write_spec):
+    """Ctrl-C at any moment, even while the modules a command needs are being imported: one
+    line, exit code 130, never a traceback. The interrupt is raised by an import hook the
+    moment ``module`` starts to load (as a real Ctrl-C there would), so the test does not
+    depend on timing."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(f'''
+import os, signal, sys
+
+class _InterruptAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt here
+        return None
+
+sys.meta_path.insert(0, _InterruptAt())
+''')
+    path = write_spec(tiny_spec(trials=1, seeds=1, methods={"step_size": ["constant"]},
+                                storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    script = Path(sys.executable).with_name("workbench")  # the console script users run
+    result = subprocess.run([str(script), "sweep", str(path), "--quiet"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=scaled(120),
+                            env={**os.environ, "PYTHONPATH": str(hooks)})
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr == "interrupted; run the same command again to continue\n"
+    assert not (tmp_path / "store.db").exists()

@@ -1,5 +1,5 @@
 import sys
 
-from workbench.cli import main
+from workbench.entry import main
 
 sys.exit(main())

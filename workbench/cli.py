@@ -393,7 +393,10 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench import __version__
+
     parser = _Parser(prog="workbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("methods", help="list registered methods")
