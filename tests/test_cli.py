@@ -60,6 +60,18 @@ def test_run_reports_every_mistake_in_the_words_typed(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_run_shows_the_values_used_and_explosive_growth_as_divergence(tmp_path):
+    out = run_cli("run", "logreg", "step_size=constant", "batch_size=32", "--steps", "3",
+                  cwd=tmp_path)
+    assert "batch_size=ConstantBatch(size=0)" in out.stdout  # 0: the task's batch_size
+    assert "used at the first step: batch/size=32" in out.stdout
+    exploding = run_cli("run", "quadratic", "step_size=constant", "step_size.lr=50",
+                        "--steps", "30", "--json", cwd=tmp_path)
+    result = json.loads(exploding.stdout)
+    assert result["diverged"] is True
+    assert "grew past 1e+06 times its first value" in result["diverged_because"]
+
+
 def test_version(tmp_path):
     import workbench
 

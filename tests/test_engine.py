@@ -89,6 +89,28 @@ def test_a_diverging_run_is_pruned_with_a_reason(write_spec, tmp_path):
     run = client.get_run(trial.user_attrs["mlflow_run_id"])
     assert run.info.status == "KILLED"
     assert run.data.tags["workbench.prune_reason"] == "diverged"
+    # explosive growth, not a NaN, stopped it: the default rule for a minimised objective
+    detail = run.data.tags["workbench.prune_detail"]
+    assert "grew past 1e+06 times its first value" in detail, detail
+    seed_run = client.search_runs([run.info.experiment_id],
+                                  "tags.`workbench.kind` = 'seed'")[0]
+    steps = client.get_metric_history(seed_run.info.run_id, "train/suboptimality")
+    assert len(steps) < 20  # stopped at once, not after 2,000 steps of growth
+
+
+def test_the_divergence_rule():
+    from workbench.objective import Divergence
+
+    loss = Divergence("train/loss", "minimize")
+    assert [loss.check(v) for v in (0.69, 3.0, 6.9e5)] == [None, None, None]
+    assert "grew past 1e+06 times its first value 0.69" in loss.check(5e240)
+    assert Divergence("train/loss", "minimize").check(float("nan")) is None  # the loop's
+    ret = Divergence("train/return", "maximize")
+    assert [ret.check(v) for v in (1.0, 1e300, -1e300)] == [None, None, None]
+    bound = Divergence("train/loss", "minimize", bound=10.0)
+    assert bound.check(1e-3) is None and bound.check(9.0) is None
+    assert "past the bound 10" in bound.check(11.0)
+    assert "past the bound 0" in Divergence("r", "maximize", bound=0.0).check(-1.0)
 
 
 def test_median_pruner_reports_per_seed_and_prunes(write_spec, tmp_path):

@@ -267,19 +267,46 @@ def cmd_run(args) -> int:
     methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
     device = engine.resolve_device(args.device)
     torch.manual_seed(seeds.int_seed(args.seed, "global"))  # as the engine does
+    watch = _RunWatch(sweep.metric, sweep.direction)
     started = time.perf_counter()
     result = task().run(sweep.task_params, methods, seed=args.seed, device=device,
-                        budget=Budget(steps=steps), log=lambda step, metrics: None)
+                        budget=Budget(steps=steps), log=watch)
     result["elapsed_seconds"] = time.perf_counter() - started
+    if watch.diverged:  # explosive growth the loop did not call divergence
+        result["diverged"], result["diverged_because"] = True, watch.diverged
     if args.json:
-        print(json.dumps(result, default=float))
-    else:
-        print(f"task {task.name}, seed {args.seed}, device {device}: "
-              + ", ".join(f"{slot}={m!r}" for slot, m in methods.items()))
-        for key, value in result.items():
-            shown = f"{value:.10g}" if isinstance(value, float) and math.isfinite(value) else value
-            print(f"  {key:<22} {shown}")
+        print(json.dumps({**result, "used": watch.used}, default=float))
+        return 0
+    print(f"task {task.name}, seed {args.seed}, device {device}: "
+          + ", ".join(f"{slot}={m!r}" for slot, m in methods.items()))
+    if watch.used:  # what the slots' methods chose, e.g. the batch size ``size=0`` stands for
+        print("  used at the first step: " + ", ".join(
+            f"{key}={value:.6g}" for key, value in watch.used.items()))
+    for key, value in result.items():
+        shown = f"{value:.10g}" if isinstance(value, float) and math.isfinite(value) else value
+        print(f"  {key:<22} {shown}")
     return 0
+
+
+class _RunWatch:
+    """``run``'s log function: the values the slots used at the first step (``batch/*``,
+    ``method/*`` metrics) and whether the objective diverged by the engine's rule
+    (``workbench.objective.Divergence``)."""
+
+    def __init__(self, metric: str, direction: str):
+        from workbench.objective import Divergence
+
+        self.metric, self.rule = metric, Divergence(metric, direction)
+        self.used: dict[str, float] = {}
+        self.diverged: str | None = None
+
+    def __call__(self, step: int, metrics) -> None:
+        if not self.used:
+            self.used = {k: float(v) for k, v in metrics.items()
+                         if k.startswith(("batch/", "method/")) and math.isfinite(float(v))}
+        if self.metric in metrics and self.diverged is None:
+            why = self.rule.check(metrics[self.metric])
+            self.diverged = f"{why}, step {step}" if why else None
 
 
 def _as_typed(path: str, chosen: dict) -> str:

@@ -1,10 +1,12 @@
 """The console script's entry point: as small as can be, so that Ctrl-C at any moment, even
 while the command line's modules are still being imported, ends with one line and exit code
-130, never a traceback."""
+130, never a traceback; nor does a reader that stops reading (``| head``)."""
 
+import os
 import sys
 
 INTERRUPTED = 130
+BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE
 
 
 def main() -> int:
@@ -15,3 +17,6 @@ def main() -> int:
     except KeyboardInterrupt:
         print("interrupted; run the same command again to continue", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # `workbench methods | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return BROKEN_PIPE

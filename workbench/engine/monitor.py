@@ -2,7 +2,8 @@
 
 It records the step's metrics to the sink, tracks the objective, and may stop the run by
 raising ``StopRun``: ``diverged`` when the objective metric passes the spec's ``diverge_past``
-bound (or ends not finite), ``pruned`` when Optuna's pruner says so at a report point. A task
+bound or, without one, grows explosively (``workbench.objective.Divergence``), or ends not
+finite; ``pruned`` when Optuna's pruner says so at a report point. A task
 lets the exception propagate (the task contract, ``workbench.testbeds.base.Task.run``); the trial
 runner catches it and marks the seed run and the trial pruned with the reason.
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 
 import optuna
 
-from workbench.objective import ObjectiveTracker
+from workbench.objective import Divergence, ObjectiveTracker
 from workbench.sink import MetricSink
 from workbench.spec import Sweep
 
@@ -49,7 +50,7 @@ class Monitor:
         self.sink, self.run_id, self.trial = sink, run_id, trial
         self.seed, self.seed_index = seed, seed_index
         self.metric, self.direction = sweep.metric, sweep.direction
-        self.bound = spec.objective.diverge_past
+        self.divergence = Divergence(sweep.metric, sweep.direction, spec.objective.diverge_past)
         self.pruner = spec.pruner.name
         self.points = spec.pruner.report_points
         self.marks = report_steps(spec.budget.steps, self.points)
@@ -61,10 +62,9 @@ class Monitor:
             return
         value = float(metrics[self.metric])
         self.objective.add(value)
-        if self.bound is not None and (value > self.bound if self.direction == "minimize"
-                                       else value < self.bound):
-            raise StopRun("diverged", f"{self.metric}={value:.4g} past the bound "
-                                      f"{self.bound:g} at seed {self.seed}, step {step}")
+        why = self.divergence.check(value)
+        if why:
+            raise StopRun("diverged", f"{why} at seed {self.seed}, step {step}")
         if (self.trial is not None and self.pruner != "wilcoxon" and step in self.marks
                 and math.isfinite(self.objective.value())):
             self.trial.report(self.objective.value(),
