@@ -69,6 +69,21 @@ def params(store: Store, experiments: str | Sequence[str]) -> pd.DataFrame:
     return long.pivot(index="run_id", columns="key", values="value").reset_index()
 
 
+def latest_metrics(store: Store, experiments: str | Sequence[str]) -> pd.DataFrame:
+    """One row per run, one column per metric: its value at the run's last logged step
+    (MLflow's ``latest_metrics``; NaN restored)."""
+    query = sa.text("SELECT m.run_uuid AS run_id, m.key, CASE WHEN m.is_nan THEN NULL ELSE "
+                    "m.value END AS value FROM latest_metrics m JOIN runs r ON r.run_uuid = "
+                    "m.run_uuid WHERE r.experiment_id IN :e"
+                    ).bindparams(sa.bindparam("e", expanding=True))
+    with _engine(store).connect() as conn:
+        long = pd.read_sql(query, conn, params={"e": _ids(experiments)})
+    if long.empty:
+        return pd.DataFrame(columns=["run_id"])
+    long["value"] = long["value"].astype(float)
+    return long.pivot(index="run_id", columns="key", values="value").reset_index()
+
+
 def metric_history(store: Store, experiments: str | Sequence[str],
                    keys: list[str]) -> pd.DataFrame:
     """Every logged point of ``keys`` for every run of the experiment(s): run_id, key, step,
