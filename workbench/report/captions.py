@@ -35,8 +35,10 @@ def selection(d: SweepData) -> str:
     """How the best trial was chosen and on which seeds the report shows it."""
     record, methods = d.record, [m for m in d.methods if m.best_run is not None]
     trials = sorted({m.n_trials for m in d.methods})
-    chosen = (f"best of {trials[0] if len(trials) == 1 else '/'.join(map(str, trials))} "
-              f"trials chosen on seeds {seed_range(record.seeds)}")
+    fewer = ", ".join(f"{m.label}: {m.n_trials}" for m in d.methods
+                      if m.n_trials < trials[-1])
+    fewer = f" ({fewer})" if fewer else ""
+    chosen = f"best of {trials[-1]} trials{fewer} chosen on seeds {seed_range(record.seeds)}"
     if record.evaluation is None:
         return (f"{chosen} and shown on the same seeds: selection and reporting used the "
                 "same seeds, so each method's numbers are biased upward, the more the more "

@@ -22,16 +22,20 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from workbench import runs, stats
 from workbench.report import captions, folder
 from workbench.report.data import SweepData, curve_on_grid, pooled_scores, range_edge
 from workbench.study_record import ReportOptions
 
-# Paul Tol's colour-blind safe "muted" scheme; line styles repeat it past ten methods.
+# Paul Tol's colour-blind safe "muted" scheme without its pale grey (too faint for a line);
+# every method also has its own marker, and past nine methods a dashed, dotted ... line, so 14
+# and more stay apart even where two colours are close (the greens) or in black and white.
 PALETTE = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
-           "#882255", "#AA4499", "#DDDDDD"]
+           "#882255", "#AA4499"]
 STYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p", "d", "8"]
 UNITS = {"step": "step (optimizer updates)", "cost/samples": "samples seen",
          "cost/grad_evals": "gradient evaluations", "cost/loss_evals": "loss evaluations",
          "time/wall_seconds": "wall seconds (optimizer time)", "cost/tokens": "tokens"}
@@ -47,17 +51,24 @@ class Drawing:
 
 
 class Style:
-    """One colour and line style per method label, the same in every figure."""
+    """One colour, marker and line style per method label, the same in every figure."""
 
     def __init__(self, labels):
-        self.of = {label: (PALETTE[i % len(PALETTE)], STYLES[i // len(PALETTE) % 4])
+        self.of = {label: (PALETTE[i % len(PALETTE)], STYLES[i // len(PALETTE) % 4],
+                           MARKERS[i % len(MARKERS)])
                    for i, label in enumerate(sorted(set(labels)))}
 
     def colour(self, label: str) -> str:
         return self.of[label][0]
 
+    def marker(self, label: str) -> str:
+        return self.of[label][2]
+
     def line(self, ax, label: str, x, y, **kwargs):
-        colour, style = self.of[label]
+        colour, style, marker = self.of[label]
+        kwargs.setdefault("marker", marker)
+        kwargs.setdefault("markevery", max(1, len(x) // 8))
+        kwargs.setdefault("markersize", 4)
         return ax.plot(x, y, color=colour, linestyle=style, label=label, **kwargs)
 
 
@@ -108,7 +119,8 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
             interval = stats.interval(values, options.aggregate, options.confidence)
             err = (None if math.isnan(interval.low)
                    else [[centre - interval.low], [interval.high - centre]])
-            ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(m.label), capsize=3)
+            ax.errorbar(centre, i, xerr=err, fmt=style.marker(m.label),
+                        color=style.colour(m.label), capsize=3)
             finite = values[np.isfinite(values)]  # every seed as a point below its interval
             ax.scatter(finite, np.full(finite.size, i - 0.18), marker="|", s=40,
                        color=style.colour(m.label), alpha=0.7)
@@ -178,14 +190,16 @@ def best_of_k(sweeps: list[SweepData], options: ReportOptions, style: Style) -> 
     used = []
     rng = np.random.default_rng(0)  # one stream for every band, drawn in turn
     for ax, d in zip(axes, sweeps, strict=True):
+        shown = []
         for m in d.methods:
             values = m.trials[m.trials["status"] == runs.FINISHED]["objective"].dropna()
             values = values.to_numpy(dtype=float)
             if values.size == 0:
                 continue
+            shown.append(values)
             curve = stats.expected_best_of_k(values, d.direction)
             k = np.arange(1, values.size + 1)
-            style.line(ax, m.label, k, curve, marker=".")
+            style.line(ax, m.label, k, curve, markevery=1)
             ax.lines[-1].set_label(f"{m.label} ({values.size} complete trials)")
             if values.size > 1:
                 low, high = stats.best_of_k_band(values, d.direction, options.confidence,
@@ -193,6 +207,9 @@ def best_of_k(sweeps: list[SweepData], options: ReportOptions, style: Style) -> 
                 ax.fill_between(k, low, high, color=style.colour(m.label), alpha=0.15,
                                 linewidth=0)
             used += m.trials["run_id"].tolist()
+        if shown and d.direction == "minimize":  # as the curves and the final figure do
+            _log_if_wide(ax, np.concatenate(shown), "y")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("k (trials of tuning)")
         ax.set_ylabel(f"expected best {d.metric}")
         ax.set_title(d.name, fontsize=10)
@@ -216,24 +233,29 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
     params = d.params.set_index("run_id") if "run_id" in d.params else pd.DataFrame()
     for ax, (m, name) in zip(axes.flat, tuned, strict=False):
         done = m.trials[(m.trials["status"] == runs.FINISHED) & m.trials["objective"].notna()]
-        raw = params.reindex(done["run_id"]).get(name, pd.Series(dtype=object))
+        pruned = m.trials[m.trials["status"] == runs.KILLED]
         dist = m.space[name]
+        x, x_pruned = (_positions(params.reindex(t["run_id"]).get(name, pd.Series(
+            dtype=object)), dist) for t in (done, pruned))
         if isinstance(dist, od.CategoricalDistribution):
-            labels = [str(c) for c in dist.choices]
-            x = [labels.index(str(v)) if str(v) in labels else np.nan for v in raw]
-            ax.set_xticks(range(len(labels)), labels)
+            ax.set_xticks(range(len(dist.choices)), [str(c) for c in dist.choices])
         else:
-            x = pd.to_numeric(raw, errors="coerce").to_numpy()
             if getattr(dist, "log", False):
                 ax.set_xscale("log")
                 ax.set_xlim(dist.low / 1.3, dist.high * 1.3)
+                ax.xaxis.set_major_locator(LogLocator(numticks=5))  # labels that do not touch
+                ax.xaxis.set_minor_formatter(NullFormatter())
             else:
                 pad = 0.05 * (dist.high - dist.low) or 0.5
                 ax.set_xlim(dist.low - pad, dist.high + pad)
             for end in (dist.low, dist.high):  # the search range
                 ax.axvline(end, color="0.5", linestyle="--", linewidth=0.8)
-        ax.scatter(x, done["objective"], color=style.colour(m.label), s=18)
-        used += done["run_id"].tolist()
+        ax.scatter(x, done["objective"], color=style.colour(m.label), s=18,
+                   marker=style.marker(m.label))
+        if len(x_pruned):  # no objective: a tick on the bottom edge where each was tried
+            ax.scatter(x_pruned, np.full(len(x_pruned), 0.03), marker="x", s=22,
+                       color="0.45", transform=ax.get_xaxis_transform(), clip_on=False)
+        used += done["run_id"].tolist() + pruned["run_id"].tolist()
         title = f"{m.label}: {name.split('.', 1)[-1]}"
         edge = _best_edge(params, m, name, dist)
         if edge:
@@ -246,9 +268,19 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
     for ax in list(axes.flat)[len(tuned):]:
         ax.axis("off")
     fig.suptitle(f"{d.name}: objective of every complete trial against each tuned "
-                 "hyperparameter (dashed: the search range)", fontsize=10)
+                 "hyperparameter (dashed: the search range; x on the bottom edge: a pruned "
+                 "or diverged trial)", fontsize=10)
     fig.tight_layout()
     return Drawing(folder.sensitivity_stem(d.name), fig, used, [d])
+
+
+def _positions(raw: pd.Series, dist) -> np.ndarray:
+    """Where values of a hyperparameter go on its axis: the number, or a choice's index."""
+    if isinstance(dist, od.CategoricalDistribution):
+        labels = [str(c) for c in dist.choices]
+        return np.array([labels.index(str(v)) if str(v) in labels else np.nan for v in raw],
+                        dtype=float)
+    return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
 
 
 def _best_edge(params: pd.DataFrame, m, name: str, dist) -> str | None:
