@@ -108,6 +108,26 @@ def test_running_again_adds_no_trial_and_no_run(quickstart):
     assert len(all_runs(client, "quickstart")) == runs_before
 
 
+def readme_report_files(sweep: str) -> list[str]:
+    """The report files README's "Where results go" names, for ``sweep`` (``{a,b}``
+    expanded, SWEEP and the quickstart's first curve filled in)."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("- Reports: `reports/out/SWEEP/`"):]
+    section = section[: section.index("\n\n")]
+    names = []
+    for pattern in re.findall(r"`([\w.{},-]+)`", section):
+        pattern = pattern.replace("SWEEP", sweep)
+        if "METRIC" in pattern or pattern.startswith(".") or "." not in pattern:
+            continue
+        stem, _, suffixes = pattern.partition(".")
+        for suffix in suffixes.strip("{}").split(","):
+            names.append(f"{stem}.{suffix}")
+    assert len(names) >= 15, names
+    return names
+
+
 def test_status_and_report_read_the_store(quickstart):
     folder, db, _, _ = quickstart
     spec = ROOT / "sweeps" / "quickstart.yaml"
@@ -116,6 +136,10 @@ def test_status_and_report_read_the_store(quickstart):
     out = folder / "report"
     report = run_cli("report", spec, "--storage", f"sqlite:///{db}", "--out", out, cwd=folder)
     assert report.returncode == 0, report.stderr
+    files = sorted(path.name for path in out.iterdir())
+    assert report.stdout.startswith(f"{len(files)} files in ")  # what it says it wrote
+    for name in readme_report_files("quickstart"):  # every file README names
+        assert name in files, (name, files)
     table = (out / "table_quickstart.csv").read_text().splitlines()
     assert table[0].startswith("method,") and len(table) == 4
     for figure in ("final", "profiles", "best_of_k", "curves_train-loss_step",

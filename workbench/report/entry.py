@@ -19,7 +19,8 @@ def build(sweeps: SweepRef | Sequence[SweepRef], out_dir: Path, *, title: str | 
           options: ReportOptions | None = None,
           say: Callable[[str], None] | None = None) -> list[Path]:
     """Write the report of ``sweeps`` (each a name and a store URL) into ``out_dir``,
-    atomically (``workbench.report.folder``); the paths written, under ``out_dir``.
+    atomically (``workbench.report.folder``); every file written (each figure's and table's
+    provenance JSON too), under ``out_dir``.
 
     ``title`` defaults to the sweep's name; ``options`` (a report spec's) default to the
     sweep's own as its study runs recorded them, or to ``ReportOptions()`` for several.
@@ -39,11 +40,12 @@ def build(sweeps: SweepRef | Sequence[SweepRef], out_dir: Path, *, title: str | 
     target = folder.replaceable(Path(out_dir))
     staging = folder.staging(target)
     try:
-        written = _Writer(staging, data[0].options).write(title, data)
+        _Writer(staging, data[0].options).write(title, data)
+        names = sorted(path.name for path in staging.iterdir())  # with each file's .json
         folder.move_into_place(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return [Path(out_dir) / path.name for path in written]
+    return [Path(out_dir) / name for name in names]
 
 
 class _Writer:
