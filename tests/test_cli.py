@@ -79,11 +79,27 @@ def test_version(tmp_path):
     assert out.returncode == 0 and out.stdout == f"workbench {workbench.__version__}\n"
 
 
-def test_methods_and_tasks_tables(tmp_path):
-    out = run_cli("methods", "--family", "step_size", cwd=tmp_path).stdout
-    assert "armijo" in out and "reconstructed" in out and "Vaswani" in out and "lr=0.1 in" in out
+def test_methods_and_tasks_tables_fit_100_columns_and_show_one_whole(tmp_path):
+    out = run_cli("methods", cwd=tmp_path).stdout
+    assert "armijo" in out and "reconstructed †" in out and "Vaswani" in out
     tasks = run_cli("tasks", cwd=tmp_path).stdout
-    assert "logreg" in tasks and "quadratic" in tasks and "f_star" in tasks
+    assert "logreg" in tasks and "quadratic" in tasks and "rlvr-countdown" in tasks
+    assert max(len(line) for line in (out + tasks).splitlines()) <= 100
+    one = run_cli("methods", "step_size/constant", cwd=tmp_path).stdout
+    assert "lr (float): default 0.1; tuned over [0.001, 10] log" in one
+    assert "momentum (float): default 0.0; fixed unless a sweep gives it a range" in one
+    assert "Robbins & Monro" in one and max(len(line) for line in one.splitlines()) <= 100
+    task = run_cli("tasks", "quadratic", cwd=tmp_path).stdout
+    assert "condition_number (float): default" in task and "train/suboptimality" in task
+    rows = json.loads(run_cli("methods", "--family", "step_size", "--json",
+                              cwd=tmp_path).stdout)
+    assert {"name": "constant", "family": "step_size"}.items() <= rows[
+        [r["name"] for r in rows].index("constant")].items()
+    detail = json.loads(run_cli("tasks", "logreg", "--json", cwd=tmp_path).stdout)
+    assert detail["parameters"]["n_samples"]["default"] == 512
+    assert detail["defaults"] == {"batch_size": "constant"}
+    unknown = run_cli("methods", "step_size/polyk", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown step_size method 'polyk'" in unknown.stderr
 
 
 def _free_port() -> int:

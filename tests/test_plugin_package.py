@@ -50,7 +50,9 @@ def step_size_methods(cwd) -> str:
 def test_a_plugin_method_is_listed_swept_and_reported_until_uninstalled(
         installed_plugin, write_spec, tmp_path):
     listing = step_size_methods(tmp_path)
-    assert "halving_step" in listing and "demo plugin for the workbench tests" in listing
+    assert "\nhalving_step " in listing
+    whole = run_cli("methods", "step_size/halving_step", cwd=tmp_path)
+    assert "demo plugin for the workbench tests" in whole.stdout, whole.stderr
 
     path = write_spec(tiny_spec(methods={"step_size": ["constant", "halving_step"]}, trials=2,
                                 seeds=2, storage=f"sqlite:///{tmp_path / 'store.db'}"))

@@ -46,22 +46,26 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 
 def cmd_methods(args) -> int:
-    from workbench import registry
-    from workbench.hyperparams import describe
+    from workbench import listing, registry
 
-    names = registry.available(args.family) if args.family else registry.available()
-    rows = []
-    for key in names:
-        family, name = (args.family, key) if args.family else key.split("/")
-        cls = registry.get(family, name)
-        rows.append({"name": name, "family": family, "fidelity": cls.fidelity,
-                     "reference": str(cls.reference),
-                     "hyperparameters": "; ".join(f"{k}={describe(hp)}"
-                                                  for k, hp in cls.hyperparameters.items())})
-    if not rows:
-        print(f"no {args.family} methods are registered yet")
+    if args.method:  # FAMILY/NAME: one method whole
+        family, _, name = args.method.partition("/")
+        try:
+            cls = registry.get(family, name)
+        except registry.RegistryError as err:
+            raise UsageError(f"{args.method}: {err}") from None
+        detail = listing.method_detail(cls)
+        print(json.dumps(detail, indent=1) if args.json else listing.method_text(detail))
         return 0
-    print(_table(rows, ["name", "family", "fidelity", "reference", "hyperparameters"]))
+    keys = registry.available(args.family) if args.family else registry.available()
+    rows = [listing.method_summary(registry.get(*(
+        (args.family, key) if args.family else key.split("/")))) for key in keys]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    elif not rows:
+        print(f"no {args.family} methods are registered yet")
+    else:
+        print(listing.methods_table(rows))
     return 0
 
 
@@ -104,12 +108,19 @@ def cmd_check(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    from workbench.testbeds import TASKS
+    from workbench import listing
+    from workbench.testbeds import TASKS, get_task
 
-    rows = [{"name": t.name, "slots": ",".join(t.slots), "provides": ",".join(sorted(t.provides)),
-             "metrics": ",".join(t.metrics), "params": ",".join(t.Params.model_fields),
-             "description": t.description} for t in TASKS.values()]
-    print(_table(rows, ["name", "slots", "provides", "metrics", "params", "description"]))
+    if args.task:
+        try:
+            task = get_task(args.task)
+        except LookupError as err:
+            raise UsageError(str(err)) from None
+        detail = listing.task_detail(task)
+        print(json.dumps(detail, indent=1) if args.json else listing.task_text(detail))
+        return 0
+    rows = [listing.task_summary(task) for task in TASKS.values()]
+    print(json.dumps(rows, indent=1) if args.json else listing.tasks_table(rows))
     return 0
 
 
@@ -426,8 +437,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("methods", help="list registered methods")
+    p = sub.add_parser("methods", help="list registered methods, or show one whole")
+    p.add_argument("method", nargs="?", metavar="FAMILY/NAME",
+                   help="one method's reference, requirements and every hyperparameter")
     p.add_argument("--family", choices=["step_size", "batch_size", "entropy", "advantage"])
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("new-method", help="write a method file and its test from the "
@@ -441,7 +455,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("method", nargs="?", help="FAMILY/NAME (default: every registered method)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("tasks", help="list tasks, their slots, parameters and metrics")
+    p = sub.add_parser("tasks", help="list tasks, or show one's parameters and metrics")
+    p.add_argument("task", nargs="?", metavar="NAME",
+                   help="one task's slots, metrics and every parameter")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser("sweep", help="run or continue a sweep until every study is complete; "

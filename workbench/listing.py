@@ -1,0 +1,177 @@
+"""What ``workbench methods`` and ``workbench tasks`` print: a table that fits ``WIDTH``
+columns (long fields cut with ``…``; the detail view has them whole), the detail view of one
+method or task with every parameter's type, default, range and help, and the same as JSON."""
+
+from __future__ import annotations
+
+import textwrap
+import typing
+from typing import Any
+
+WIDTH = 100
+
+
+# ---------------------------------------------------------------------------------- methods
+
+
+def method_summary(cls) -> dict[str, Any]:
+    return {"name": cls.name, "family": cls.family, "fidelity": cls.fidelity,
+            "reference": f"{cls.reference.paper} ({cls.reference.year})",
+            "hyperparameters": list(cls.hyperparameters)}
+
+
+def method_detail(cls) -> dict[str, Any]:
+    return {**method_summary(cls), "key": cls.key(),
+            "reference": str(cls.reference), "requires": sorted(cls.requires),
+            "doc": (cls.__doc__ or "").strip() or None,
+            "module": cls.__module__,
+            "hyperparameters": {
+                name: {"type": hp.kind, "default": _jsonable(hp.default),
+                       "allowed": hp.allowed(), "search": _search(hp),
+                       "help": getattr(hp, "help", "")}
+                for name, hp in cls.hyperparameters.items()}}
+
+
+def methods_table(rows: list[dict[str, Any]]) -> str:
+    table = [{**r, "fidelity": "reconstructed †" if r["fidelity"] == "reconstructed"
+              else r["fidelity"], "hyperparameters": ", ".join(r["hyperparameters"]) or "—"}
+             for r in rows]
+    return fit(table, ["name", "family", "fidelity", "reference", "hyperparameters"],
+               wide=("reference", "hyperparameters")) + (
+        "\n\nworkbench methods FAMILY/NAME shows one method whole; --json for scripts")
+
+
+def method_text(detail: dict[str, Any]) -> str:
+    lines = [f"{detail['key']}  ({detail['fidelity']})", *_wrapped("reference",
+                                                                   detail["reference"])]
+    if detail["requires"]:
+        lines += _wrapped("requires", ", ".join(detail["requires"]))
+    lines += _wrapped("module", detail["module"])
+    if detail["doc"]:
+        lines += ["", *textwrap.wrap(" ".join(detail["doc"].split()), WIDTH)]
+    lines += ["", "hyperparameters:" if detail["hyperparameters"] else "no hyperparameters"]
+    for name, hp in detail["hyperparameters"].items():
+        search = (f"tuned over {hp['search']}" if hp["search"]
+                  else "fixed unless a sweep gives it a range")
+        lines += textwrap.wrap(f"{name} ({hp['type']}): default {hp['default']!r}; {search}",
+                               WIDTH, initial_indent="  ", subsequent_indent="      ")
+        lines += [f"      {line}" for line in textwrap.wrap(
+            f"allowed: {hp['allowed']}" + (f". {hp['help']}" if hp["help"] else ""),
+            WIDTH - 6)]
+    return "\n".join(lines)
+
+
+def _search(hp) -> str | None:
+    """The default search range in words; None when the parameter is fixed by default."""
+    dist = hp.distribution()
+    if dist is None:
+        return None
+    if hasattr(dist, "choices"):
+        return ", ".join(map(repr, dist.choices))
+    return f"[{dist.low:g}, {dist.high:g}]" + (" log" if dist.log else "")
+
+
+# ------------------------------------------------------------------------------------ tasks
+
+
+def task_summary(task) -> dict[str, Any]:
+    return {"name": task.name, "slots": list(task.slots),
+            "description": " ".join((task.description or "").split())}
+
+
+def task_detail(task) -> dict[str, Any]:
+    return {**task_summary(task), "defaults": dict(task.default_methods),
+            "provides": sorted(task.provides), "metrics": dict(task.metrics),
+            "objective": task.default_objective, "module": task.__module__,
+            "parameters": {name: _field(field)
+                           for name, field in task.Params.model_fields.items()}}
+
+
+def tasks_table(rows: list[dict[str, Any]]) -> str:
+    table = [{**r, "slots": ", ".join(r["slots"])} for r in rows]
+    return fit(table, ["name", "slots", "description"], wide=("description",)) + (
+        "\n\nworkbench tasks NAME shows one task's parameters and metrics; --json for scripts")
+
+
+def task_text(detail: dict[str, Any]) -> str:
+    lines = [detail["name"], *textwrap.wrap(detail["description"], WIDTH), ""]
+    slots = [f"{s} (default: {detail['defaults'][s]})" if s in detail["defaults"] else
+             f"{s} (no default: name a method)" for s in detail["slots"]]
+    lines += _wrapped("slots", "; ".join(slots))
+    lines += _wrapped("provides", ", ".join(detail["provides"]) or "—")
+    lines += _wrapped("metrics", ", ".join(f"{k} ({v})" for k, v in detail["metrics"].items()))
+    lines += _wrapped("objective", f"{detail['objective']} by default")
+    lines += ["", "parameters:"]
+    for name, p in detail["parameters"].items():
+        bounds = f"; {p['bounds']}" if p["bounds"] else ""
+        lines += textwrap.wrap(f"{name} ({p['type']}): default {p['default']!r}{bounds}",
+                               WIDTH, initial_indent="  ", subsequent_indent="      ")
+        if p["help"]:
+            lines += [f"      {line}" for line in textwrap.wrap(p["help"], WIDTH - 6)]
+    return "\n".join(lines)
+
+
+def _field(field) -> dict[str, Any]:
+    """A pydantic field's type, default, bounds and help, in words."""
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    bounds = [f"{sign} {getattr(m, name)}" for m in field.metadata
+              for name, sign in signs.items() if getattr(m, name, None) is not None]
+    default = None if field.is_required() else field.get_default(call_default_factory=True)
+    return {"type": _type_name(field.annotation), "default": _jsonable(default),
+            "bounds": " and ".join(bounds), "help": field.description or ""}
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if annotation is type(None):
+        return "none"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return str(value)
+    if isinstance(value, str | int | float | bool | type(None)):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+# ----------------------------------------------------------------------------------- layout
+
+
+def fit(rows: list[dict[str, Any]], columns: list[str], wide: tuple[str, ...]) -> str:
+    """A table of ``columns`` at most ``WIDTH`` wide: the narrow columns as they are, the
+    ``wide`` ones sharing what is left, cut with ``…``."""
+    text = {c: [str(r.get(c, "")) for r in rows] for c in columns}
+    natural = {c: max(len(c), *(len(t) for t in text[c])) for c in columns}
+    narrow = sum(natural[c] for c in columns if c not in wide) + 2 * (len(columns) - 1)
+    left = max(10 * len(wide), WIDTH - narrow)
+    widths = dict(natural)
+    want = sum(natural[c] for c in wide)
+    if want > left:
+        for c in wide:  # each wide column gets its share, at least what it needs below it
+            widths[c] = max(len(c), min(natural[c], left * natural[c] // want))
+    def cell(c, t):
+        return (t if len(t) <= widths[c] else t[: widths[c] - 1] + "…").ljust(widths[c])
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip(),
+             "  ".join("-" * widths[c] for c in columns)]
+    for i in range(len(rows)):
+        lines.append("  ".join(cell(c, text[c][i]) for c in columns).rstrip())
+    return "\n".join(lines)
+
+
+def _wrapped(label: str, text: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=f"{label}: ",
+                         subsequent_indent=" " * (len(label) + 2)) or [f"{label}:"]
