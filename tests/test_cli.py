@@ -163,3 +163,33 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
         from tests.test_ui_browser import _kill_group
 
         _kill_group(proc)
+
+
+def test_the_listings_come_from_a_catalogue_that_an_edit_refreshes(tmp_path, monkeypatch):
+    """methods and tasks read a cached catalogue (no torch import); any change to a method or
+    task file, or to the installed plugins, makes the next call import everything again."""
+    import os
+
+    from tests.conftest import ROOT
+    from workbench import catalogue
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    built = []
+    real = catalogue._build
+    monkeypatch.setattr(catalogue, "_build", lambda: built.append(1) or real())
+    first = catalogue.load()
+    assert built == [1] and {d["key"] for d in first["methods"]} >= {"step_size/constant"}
+    assert catalogue.load() == first and built == [1]  # from the cache
+    method = ROOT / "methods" / "step_size" / "constant.py"
+    stat = method.stat()
+    try:
+        os.utime(method, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        assert catalogue.load() == first and built == [1, 1]
+    finally:
+        os.utime(method, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "workbench", "methods"],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "WORKBENCH_CACHE": str(tmp_path)})
+    assert out.returncode == 0 and "constant" in out.stdout
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines()}
+    assert "torch" not in imported and "transformers" not in imported

@@ -46,20 +46,26 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 
 def cmd_methods(args) -> int:
-    from workbench import listing, registry
+    from workbench import catalogue, listing
+    from workbench.validation import did_you_mean
 
+    details = catalogue.load()["methods"]
     if args.method:  # FAMILY/NAME: one method whole
-        family, _, name = args.method.partition("/")
-        try:
-            cls = registry.get(family, name)
-        except registry.RegistryError as err:
-            raise UsageError(f"{args.method}: {err}") from None
-        detail = listing.method_detail(cls)
+        found = [d for d in details if d["key"] == args.method]
+        if not found:
+            family = args.method.partition("/")[0]
+            names = [d["name"] for d in details if d["family"] == family]
+            if not names:
+                raise UsageError(f"{args.method}: unknown family {family!r}; allowed: "
+                                 "step_size, batch_size, entropy, advantage (as FAMILY/NAME)")
+            name = args.method.partition("/")[2]
+            raise UsageError(f"{args.method}: unknown {family} method {name!r}; "
+                             f"{did_you_mean(name, names)}allowed: {', '.join(names)}")
+        detail = found[0]
         print(json.dumps(detail, indent=1) if args.json else listing.method_text(detail))
         return 0
-    keys = registry.available(args.family) if args.family else registry.available()
-    rows = [listing.method_summary(registry.get(*(
-        (args.family, key) if args.family else key.split("/")))) for key in keys]
+    rows = [listing.method_summary(d) for d in details
+            if args.family is None or d["family"] == args.family]
     if args.json:
         print(json.dumps(rows, indent=1))
     elif not rows:
@@ -108,18 +114,19 @@ def cmd_check(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    from workbench import listing
-    from workbench.testbeds import TASKS, get_task
+    from workbench import catalogue, listing
+    from workbench.validation import did_you_mean
 
+    details = catalogue.load()["tasks"]
     if args.task:
-        try:
-            task = get_task(args.task)
-        except LookupError as err:
-            raise UsageError(str(err)) from None
-        detail = listing.task_detail(task)
-        print(json.dumps(detail, indent=1) if args.json else listing.task_text(detail))
+        found = [d for d in details if d["name"] == args.task]
+        if not found:
+            names = [d["name"] for d in details]
+            raise UsageError(f"unknown task {args.task!r}; {did_you_mean(args.task, names)}"
+                             f"allowed: {', '.join(sorted(names))}")
+        print(json.dumps(found[0], indent=1) if args.json else listing.task_text(found[0]))
         return 0
-    rows = [listing.task_summary(task) for task in TASKS.values()]
+    rows = [listing.task_summary(d) for d in details]
     print(json.dumps(rows, indent=1) if args.json else listing.tasks_table(rows))
     return 0
 

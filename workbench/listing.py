@@ -14,14 +14,16 @@ WIDTH = 100
 # ---------------------------------------------------------------------------------- methods
 
 
-def method_summary(cls) -> dict[str, Any]:
-    return {"name": cls.name, "family": cls.family, "fidelity": cls.fidelity,
-            "reference": f"{cls.reference.paper} ({cls.reference.year})",
-            "hyperparameters": list(cls.hyperparameters)}
+def method_summary(detail: dict[str, Any]) -> dict[str, Any]:
+    """The table's row of a method's detail."""
+    return {"name": detail["name"], "family": detail["family"],
+            "fidelity": detail["fidelity"], "reference": detail["paper"],
+            "hyperparameters": list(detail["hyperparameters"])}
 
 
 def method_detail(cls) -> dict[str, Any]:
-    return {**method_summary(cls), "key": cls.key(),
+    return {"name": cls.name, "family": cls.family, "fidelity": cls.fidelity,
+            "key": cls.key(), "paper": f"{cls.reference.paper} ({cls.reference.year})",
             "reference": str(cls.reference), "requires": sorted(cls.requires),
             "doc": (cls.__doc__ or "").strip() or None,
             "module": cls.__module__,
@@ -74,13 +76,15 @@ def _search(hp) -> str | None:
 # ------------------------------------------------------------------------------------ tasks
 
 
-def task_summary(task) -> dict[str, Any]:
-    return {"name": task.name, "slots": list(task.slots),
-            "description": " ".join((task.description or "").split())}
+def task_summary(detail: dict[str, Any]) -> dict[str, Any]:
+    """The table's row of a task's detail."""
+    return {key: detail[key] for key in ("name", "slots", "description")}
 
 
 def task_detail(task) -> dict[str, Any]:
-    return {**task_summary(task), "defaults": dict(task.default_methods),
+    return {"name": task.name, "slots": list(task.slots),
+            "description": " ".join((task.description or "").split()),
+            "defaults": dict(task.default_methods),
             "provides": sorted(task.provides), "metrics": dict(task.metrics),
             "objective": task.default_objective, "module": task.__module__,
             "parameters": {name: _field(field)

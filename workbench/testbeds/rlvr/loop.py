@@ -35,10 +35,9 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
@@ -52,40 +51,12 @@ from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
 from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
-from workbench.testbeds.settings import Settings
+from workbench.testbeds.rlvr.settings import RLSettings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
 if TYPE_CHECKING:  # workbench.testbeds imports this module
     from workbench.budget import Budget, LogFn
-
-
-class RLSettings(Settings):
-    """Everything the loop reads, with its bounds."""
-
-    prompts: int = Field(16, ge=1, description="P: prompts per step")
-    group_size: int = Field(8, ge=1, description="G: completions per prompt")
-    batch_axis: Literal["prompts", "group_size"] = Field(
-        "prompts", description="what the batch_size slot changes")
-    max_new_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    epochs: int = Field(1, ge=1)
-    minibatches: int = Field(1, ge=1)
-    clip: float = Field(0.2, gt=0)
-    dual_clip: float | None = Field(None, gt=1)
-    ratio_level: Literal["token", "sequence"] = "token"
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                      "seq-mean-token-sum-norm"] = "token-mean"
-    kl_coef: float = Field(0.0, ge=0)
-    kl_kind: Literal["k1", "k2", "k3"] = "k3"
-    value_coef: float = Field(0.5, ge=0)
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    format_reward: float = Field(0.0, ge=0, le=1)
-    dynamic_sampling: bool = False
-    max_refills: int = Field(4, ge=0)
-    eval_every: int = Field(10, ge=1)
-    eval_k: int = Field(8, ge=1)
-    eval_k_prompts: int = Field(64, ge=1)
 
 
 @dataclass

@@ -16,20 +16,16 @@ from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
-from transformers.utils import logging as transformers_logging
 
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
-from workbench.testbeds.rlvr.backends import make_backend
-from workbench.testbeds.rlvr.loop import RLSettings, train
-from workbench.testbeds.rlvr.model import ModelConfig, load_policy
 from workbench.testbeds.rlvr.problems import Difficulty, splits
-from workbench.testbeds.rlvr.warmup import (
+from workbench.testbeds.rlvr.settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LR,
     DEFAULT_MAX_STEPS,
     DEFAULT_TARGET,
-    warm_up,
+    RLSettings,
 )
 
 
@@ -122,6 +118,14 @@ class RLVRArith(Task):
             return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
 
     def _run(self, params, methods, *, seed, device, budget, log):
+        # transformers on first use: listing tasks or checking a spec never imports it
+        from transformers.utils import logging as transformers_logging
+
+        from workbench.testbeds.rlvr.backends import make_backend
+        from workbench.testbeds.rlvr.loop import train
+        from workbench.testbeds.rlvr.model import ModelConfig, load_policy
+        from workbench.testbeds.rlvr.warmup import warm_up
+
         transformers_logging.disable_progress_bar()  # no bars from saving or loading weights
         difficulty = params.difficulty()
         train_set, held_out = splits(params.kind, params.data_seed, params.n_train,

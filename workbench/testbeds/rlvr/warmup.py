@@ -62,6 +62,12 @@ from workbench import seeds
 from workbench.testbeds.rlvr.checker import is_correct
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, generate_completions
 from workbench.testbeds.rlvr.problems import Difficulty, Problem, generate, splits
+from workbench.testbeds.rlvr.settings import (  # noqa: F401  (re-exported: warmup's defaults)
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LR,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TARGET,
+)
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer, char_vocab
 
 VERSION = 3  # bump when the training procedure changes, so old cache entries are not reused
@@ -81,11 +87,7 @@ DEFAULT_DIFFICULTY = Difficulty(digits_min=2, digits_max=3)
 # the same with 1 and 2 threads; seed 0 with its initial weights perturbed by 1e-6 relative
 # noise (other last bits) after 900 / 800 steps (0.328 / 0.328). Seed 0 took 100 s on one idle core
 # (about 0.13 s a step, checks included; 3-8 minutes on the loaded 2-core machine).
-DEFAULT_TARGET = 0.35
-DEFAULT_MAX_STEPS = 3000
 DEFAULT_EVAL_EVERY = 50
-DEFAULT_BATCH_SIZE = 64
-DEFAULT_LR = 1e-3
 LR_WARMUP_STEPS = 75
 N_HELD_OUT = 256
 N_VALIDATION = 256

@@ -1,0 +1,44 @@
+"""The RLVR testbed's knobs, declared without importing transformers (so ``workbench tasks``
+and a spec's validation never pay for it): the loop's settings and the warm-up's defaults
+(their reasons are in ``warmup``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from workbench.testbeds.settings import Settings
+
+DEFAULT_TARGET = 0.35
+DEFAULT_MAX_STEPS = 3000
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_LR = 1e-3
+
+
+class RLSettings(Settings):
+    """Everything the loop reads, with its bounds."""
+
+    prompts: int = Field(16, ge=1, description="P: prompts per step")
+    group_size: int = Field(8, ge=1, description="G: completions per prompt")
+    batch_axis: Literal["prompts", "group_size"] = Field(
+        "prompts", description="what the batch_size slot changes")
+    max_new_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    clip: float = Field(0.2, gt=0)
+    dual_clip: float | None = Field(None, gt=1)
+    ratio_level: Literal["token", "sequence"] = "token"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                      "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0)
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    value_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    format_reward: float = Field(0.0, ge=0, le=1)
+    dynamic_sampling: bool = False
+    max_refills: int = Field(4, ge=0)
+    eval_every: int = Field(10, ge=1)
+    eval_k: int = Field(8, ge=1)
+    eval_k_prompts: int = Field(64, ge=1)
