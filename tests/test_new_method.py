@@ -74,3 +74,45 @@ def test_new_method_refuses_bad_names_and_existing_files(tmp_path):
     assert taken.returncode == 2 and "already exists" in taken.stderr
     family = run_cli("new-method", "optimizer", "x1", "--root", ROOT, cwd=tmp_path)
     assert family.returncode == 2
+
+
+def test_new_method_refuses_a_root_that_is_not_the_installed_methods_package(tmp_path):
+    (tmp_path / "other" / "methods" / "step_size").mkdir(parents=True)
+    wrong = run_cli("new-method", "step_size", "my_rule", "--root", tmp_path / "other",
+                    cwd=tmp_path)
+    assert wrong.returncode == 2
+    assert "is not the methods package this workbench imports" in wrong.stderr
+    assert "--plugin DIR" in wrong.stderr
+    assert not list((tmp_path / "other").rglob("my_rule.py"))
+
+
+@pytest.mark.slow
+def test_a_plugin_written_by_new_method_installs_and_is_listed_checked_and_tested(tmp_path):
+    """new-method --plugin DIR, then pip install -e DIR: the method is listed, meets its
+    contract and its test passes; uninstalled, it is gone."""
+    folder = tmp_path / "my-methods"
+    made = run_cli("new-method", "step_size", "my_plugin_rule", "--plugin", folder,
+                   cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert f"pip install -e {folder}" in made.stdout
+
+    def pip(*args):
+        return subprocess.run([sys.executable, "-m", "pip", *args, "-q"], capture_output=True,
+                              text=True, timeout=scaled(300))
+
+    installed = pip("install", "--no-deps", "--no-build-isolation", "--no-index", "-e",
+                    str(folder))
+    assert installed.returncode == 0, installed.stderr
+    try:
+        listing = run_cli("methods", "--family", "step_size", cwd=tmp_path)
+        assert "\nmy_plugin_rule " in listing.stdout, listing.stdout
+        check = run_cli("check", "step_size/my_plugin_rule", cwd=tmp_path)
+        assert check.returncode == 0 and "meets the step_size contract" in check.stdout
+        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                str(folder / "tests")], capture_output=True, text=True,
+                               cwd=tmp_path, timeout=scaled(300))
+        assert tests.returncode == 0 and "2 passed" in tests.stdout, tests.stdout
+    finally:
+        removed = pip("uninstall", "-y", "my-methods")
+        assert removed.returncode == 0, removed.stderr
+    assert "my_plugin_rule" not in run_cli("methods", cwd=tmp_path).stdout

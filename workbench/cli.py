@@ -79,6 +79,12 @@ def cmd_new_method(args) -> int:
     from workbench import scaffold
 
     try:
+        if args.plugin:
+            folder = Path(args.plugin)
+            method_file, test_file = scaffold.write_plugin(args.family, args.name, folder)
+            print(scaffold.plugin_next_steps(args.family, args.name, folder, method_file,
+                                             test_file))
+            return 0
         method_file, test_file = scaffold.write(args.family, args.name, Path(args.root))
     except scaffold.ScaffoldError as err:
         raise UsageError(str(err)) from None
@@ -456,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("family", choices=["step_size", "batch_size", "entropy", "advantage"])
     p.add_argument("name", help="lower_case_name")
     p.add_argument("--root", default=".", help="the checkout to write into (default: here)")
+    p.add_argument("--plugin", metavar="DIR",
+                   help="instead: write an installable package in DIR (pyproject with the "
+                        "workbench.methods entry point, the method, its test)")
     p.set_defaults(func=cmd_new_method)
 
     p = sub.add_parser("check", help="run the family contracts on one method or all of them")

@@ -177,13 +177,95 @@ def write(family: str, name: str, root: Path) -> tuple[Path, Path]:
             raise ScaffoldError(f"{path} already exists; choose another name")
     if not method_file.parent.is_dir():
         raise ScaffoldError(f"{method_file.parent} is not a folder: run this from the root of "
-                            "a workbench checkout")
+                            "a workbench checkout, or write an installable package with "
+                            "--plugin DIR")
+    installed = _installed_methods()
+    if installed is not None and installed != (root / "methods").resolve():
+        raise ScaffoldError(f"{root / 'methods'} is not the methods package this workbench "
+                            f"imports ({installed}): `workbench check` and sweeps would not "
+                            "find the method there. Run this from that checkout (or --root "
+                            f"{installed.parent}), or write an installable package with "
+                            "--plugin DIR")
     title = f"{family}/{name}"
     method_file.write_text(HEADER.format(title=title)
                            + TEMPLATES[family].format(cls=class_name(name), name=name))
     test_file.parent.mkdir(parents=True, exist_ok=True)
     test_file.write_text(TEST.format(family=family, name=name))
     return method_file, test_file
+
+
+def _installed_methods() -> Path | None:
+    """The folder of the ``methods`` package this interpreter imports, found without
+    importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("methods")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]).resolve() if locations else None
+
+
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{project}"
+version = "0.1.0"
+description = "{family}/{name}: a method for the workbench (TODO one line)"
+requires-python = ">=3.11"
+dependencies = ["workbench"]
+
+# the workbench imports this module at start-up; its @register adds the method
+[project.entry-points."workbench.methods"]
+{name} = "{package}.{name}"
+
+[tool.setuptools]
+packages = ["{package}"]
+"""
+
+
+def write_plugin(family: str, name: str, folder: Path) -> tuple[Path, Path]:
+    """An installable package in ``folder``: ``pyproject.toml`` with the ``workbench.methods``
+    entry point, ``PACKAGE/NAME.py`` from the family's template and ``tests/test_NAME.py``
+    (PACKAGE: the folder's name as an identifier). ``pip install -e FOLDER`` makes the method
+    visible to ``workbench methods``, ``check`` and sweeps."""
+    if family not in TEMPLATES:
+        raise ScaffoldError(f"unknown family {family!r}; allowed: {', '.join(TEMPLATES)}")
+    if not re.fullmatch(r"[a-z][a-z0-9_]{1,40}", name):
+        raise ScaffoldError(f"method name {name!r}: allowed: lower-case letters, digits and "
+                            "underscores, starting with a letter (2-41 characters)")
+    package = re.sub(r"\W", "_", folder.resolve().name.lower()).strip("_")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", package or "-") or package == "methods":
+        raise ScaffoldError(f"--plugin {folder}: its name must make a Python package name "
+                            "(letters, digits, _), and not 'methods'")
+    if folder.exists() and any(folder.iterdir()):
+        raise ScaffoldError(f"--plugin {folder}: the folder exists and is not empty; name a "
+                            "new one")
+    method_file = folder / package / f"{name}.py"
+    test_file = folder / "tests" / f"test_{name}.py"
+    method_file.parent.mkdir(parents=True)
+    test_file.parent.mkdir()
+    (folder / "pyproject.toml").write_text(PYPROJECT.format(
+        project=package.replace("_", "-"), family=family, name=name, package=package))
+    (method_file.parent / "__init__.py").write_text(f'"""{package}: methods for the '
+                                                    'workbench, registered on import."""\n')
+    method_file.write_text(HEADER.format(title=f"{family}/{name}")
+                           + TEMPLATES[family].format(cls=class_name(name), name=name))
+    test_file.write_text(TEST.format(family=family, name=name))
+    return method_file, test_file
+
+
+def plugin_next_steps(family: str, name: str, folder: Path, method_file: Path,
+                      test_file: Path) -> str:
+    return (
+        f"wrote {folder / 'pyproject.toml'}, {method_file} and {test_file}\n"
+        "next:\n"
+        f"  1. pip install -e {folder}      # into the workbench's environment\n"
+        f"  2. put your formula and reference in {method_file}\n"
+        f"  3. workbench check {family}/{name}\n"
+        f"  4. python -m pytest {test_file}\n"
+        f"  5. add `{name}` under methods.{family} in a sweep, then workbench sweep SPEC"
+    )
 
 
 def next_steps(family: str, name: str, method_file: Path, test_file: Path) -> str:
