@@ -1,6 +1,8 @@
 """The command line: run, methods, tasks, ui."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -102,6 +104,21 @@ def test_methods_and_tasks_tables_fit_100_columns_and_show_one_whole(tmp_path):
     assert unknown.returncode == 2 and "unknown step_size method 'polyk'" in unknown.stderr
 
 
+def _processes_mentioning(text: str) -> list[str]:
+    """The command lines of this machine's processes that contain ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    line = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in line:
+                found.append(f"{entry}: {line[:200]}")
+    return found
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,6 +127,7 @@ def _free_port() -> int:
 
 def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=1, methods={"step_size": ["constant"]},
+                                description="a tiny sweep for the tests",
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))
     sweep = run_cli("sweep", path, "--quiet", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr
@@ -158,7 +176,16 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
         assert "every run of tiny, best first" in flat and "orderByKey=metrics" in flat
         body = wait_until(answer, f"an HTTP 200 with a body from {url}", 300,
                           describe_state=state, interval=0.5)
-        assert json.loads(body)["experiment"]["name"] == "tiny", body
+        experiment = json.loads(body)["experiment"]
+        assert experiment["name"] == "tiny", body
+        tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
+        assert tags.get("mlflow.note.content") == "a tiny sweep for the tests", tags
+        # SIGTERM to the wrapper alone stops MLflow's server and its workers with it
+        os.kill(proc.pid, signal.SIGTERM)
+        wait_until(lambda: proc.poll() is not None, "the ui to exit after SIGTERM", 60)
+        store = str(tmp_path / "store")
+        wait_until(lambda: not _processes_mentioning(store), "no MLflow process left", 60,
+                   describe_state=lambda: str(_processes_mentioning(store)))
     finally:
         from tests.test_ui_browser import _kill_group
 

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -378,10 +379,38 @@ def cmd_ui(args) -> int:
                "--port", str(args.port), "--workers", "1"]
     # every local user can read a command line (/proc/PID/cmdline), not the environment
     env = None if password is None else {**os.environ, "PGPASSWORD": password}
+    # MLflow's server and its workers in a session of their own, stopped as one whenever this
+    # process stops: Ctrl-C (which reaches this process only), SIGTERM, or the server's end
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        return subprocess.call(command, env=env)
+        return server.wait()
     except KeyboardInterrupt:
         return 0
+    finally:
+        _stop_session(server)
+
+
+def _stop_session(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to every process of ``process``'s session (it leads it), SIGKILL to what is
+    left after ``grace`` seconds."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            process.poll()
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def _password_apart(url: str) -> tuple[str, str | None]:

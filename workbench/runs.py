@@ -113,17 +113,25 @@ def _part_key(key: str, index: int) -> str:
     return key if index == 0 else f"{key}.{index}"
 
 
-def ensure_experiment(client, name: str, artifact_root: Path) -> str:
-    """The id of the sweep's experiment, created (or restored from deleted) when needed."""
+DESCRIPTION = "mlflow.note.content"  # the experiment's description, as the UI shows it
+
+
+def ensure_experiment(client, name: str, artifact_root: Path, description: str = "") -> str:
+    """The id of the sweep's experiment, created (or restored from deleted) when needed, with
+    the spec's ``description`` as the one the UI shows (updated when the spec's changes)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
+        if description and experiment.tags.get(DESCRIPTION) != description:
+            client.set_experiment_tag(experiment.experiment_id, DESCRIPTION, description)
         return experiment.experiment_id
     location = (artifact_root / name).resolve().as_uri()
     # the UI opens it in its model-training view (runs, metric charts), not the GenAI one
-    return client.create_experiment(name, artifact_location=location,
-                                    tags={"mlflow.experimentKind": "custom_model_development"})
+    tags = {"mlflow.experimentKind": "custom_model_development"}
+    if description:
+        tags[DESCRIPTION] = description
+    return client.create_experiment(name, artifact_location=location, tags=tags)
 
 
 def start_run(client, experiment_id: str, name: str, *, tags: Mapping[str, Any],
