@@ -31,23 +31,28 @@ def load_runs(sweep: str, storage: str | None = None, *, kinds: Sequence[str] = 
     (``best``: the run belongs to its study's best trial among the trials the sweep counts),
     then each param as ``params.NAME`` (strings, as MLflow stores them), each tag as
     ``tags.NAME`` and each metric's final value as ``metrics.NAME``."""
+    return _load(sweep, storage, kinds, include_superseded)[2]
+
+
+def _load(sweep: str, storage: str | None, kinds: Sequence[str], include_superseded: bool
+          ) -> tuple[Store, list[str], pd.DataFrame]:
+    """The store, the experiments read and ``load_runs``'s frame."""
     store, frame = _runs(sweep, storage, include_superseded)
     experiments = sorted(frame["experiment"].unique()) if not frame.empty else []
     metrics = results.latest_metrics(store, experiments).set_index("run_id")
     best = _best_trials(frame, metrics.get("objective", pd.Series(dtype=float)))
     shown = frame[frame[runs.KIND].isin(list(kinds))].copy()
-    shown["best"] = [
-        (study, trial) in best for study, trial in zip(
-            shown[runs.STUDY_NAME], shown.get(runs.EVALUATES, pd.Series(index=shown.index))
-            .fillna(shown.get("optuna.trial_number")), strict=True)]
+    # the trial a run belongs to: the one it evaluates (held out), else its own
+    trial = shown.get(runs.EVALUATES, pd.Series(index=shown.index)).fillna(
+        shown.get("optuna.trial_number"))
     out = pd.DataFrame({
         "run_id": shown["run_id"], "kind": shown[runs.KIND], "method": shown[runs.METHOD],
         "study": shown[runs.STUDY_NAME], "fingerprint": shown[runs.FINGERPRINT],
-        "trial": pd.to_numeric(shown.get(runs.EVALUATES, pd.Series(index=shown.index))
-                               .fillna(shown.get("optuna.trial_number")), errors="coerce")
-        .astype("Int64"),
+        "trial": pd.to_numeric(trial, errors="coerce").astype("Int64"),
         "seed": pd.to_numeric(shown.get(runs.SEED_TAG), errors="coerce").astype("Int64"),
-        "status": shown["status"], "best": shown["best"],
+        "status": shown["status"],
+        "best": [(study, str(t)) in best for study, t in zip(shown[runs.STUDY_NAME], trial,
+                                                             strict=True)],
         "start_time": pd.to_datetime(shown["start_time"], unit="ms"),
         "end_time": pd.to_datetime(shown["end_time"], unit="ms")})
     tags = shown.drop(columns=["status", "run_name", "start_time", "end_time", "experiment"])
@@ -55,7 +60,8 @@ def load_runs(sweep: str, storage: str | None = None, *, kinds: Sequence[str] = 
     params = results.params(store, experiments).set_index("run_id").add_prefix("params.")
     out = (out.join(params, on="run_id").join(metrics.add_prefix("metrics."), on="run_id")
            .join(tags, on="run_id"))
-    return out.sort_values(["method", "kind", "trial", "seed"], ignore_index=True)
+    return store, experiments, out.sort_values(["method", "kind", "trial", "seed"],
+                                               ignore_index=True)
 
 
 def load_metrics(sweep: str, keys: Sequence[str], storage: str | None = None, *,
@@ -63,9 +69,7 @@ def load_metrics(sweep: str, keys: Sequence[str], storage: str | None = None, *,
                  ) -> pd.DataFrame:
     """Every logged point of the metrics ``keys`` of the sweep's runs (as ``load_runs``
     chooses them), long: run_id, method, trial, seed, kind, best, key, step, value."""
-    index = load_runs(sweep, storage, kinds=kinds, include_superseded=include_superseded)
-    store = Store.from_url(_storage(storage))
-    experiments = sorted(_runs(sweep, storage, include_superseded)[1]["experiment"].unique())
+    store, experiments, index = _load(sweep, storage, kinds, include_superseded)
     history = results.metric_history(store, experiments, list(keys))
     history["run_id"] = history["run_id"].astype(str)
     history["key"] = history["key"].astype(str)

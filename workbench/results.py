@@ -59,28 +59,29 @@ def runs(store: Store, experiments: str | Sequence[str]) -> pd.DataFrame:
 
 def params(store: Store, experiments: str | Sequence[str]) -> pd.DataFrame:
     """One row per run, one column per param (values as MLflow stores them: strings)."""
-    query = sa.text("SELECT p.run_uuid AS run_id, p.key, p.value FROM params p JOIN runs r "
-                    "ON r.run_uuid = p.run_uuid WHERE r.experiment_id IN :e"
-                    ).bindparams(sa.bindparam("e", expanding=True))
-    with _engine(store).connect() as conn:
-        long = pd.read_sql(query, conn, params={"e": _ids(experiments)})
-    if long.empty:
-        return pd.DataFrame(columns=["run_id"])
-    return long.pivot(index="run_id", columns="key", values="value").reset_index()
+    return _wide(store, experiments, "SELECT p.run_uuid AS run_id, p.key, p.value FROM params "
+                 "p JOIN runs r ON r.run_uuid = p.run_uuid WHERE r.experiment_id IN :e")
 
 
 def latest_metrics(store: Store, experiments: str | Sequence[str]) -> pd.DataFrame:
     """One row per run, one column per metric: its value at the run's last logged step
     (MLflow's ``latest_metrics``; NaN restored)."""
-    query = sa.text("SELECT m.run_uuid AS run_id, m.key, CASE WHEN m.is_nan THEN NULL ELSE "
-                    "m.value END AS value FROM latest_metrics m JOIN runs r ON r.run_uuid = "
-                    "m.run_uuid WHERE r.experiment_id IN :e"
-                    ).bindparams(sa.bindparam("e", expanding=True))
+    return _wide(store, experiments, "SELECT m.run_uuid AS run_id, m.key, CASE WHEN m.is_nan "
+                 "THEN NULL ELSE m.value END AS value FROM latest_metrics m JOIN runs r ON "
+                 "r.run_uuid = m.run_uuid WHERE r.experiment_id IN :e", float)
+
+
+def _wide(store: Store, experiments: str | Sequence[str], query: str,
+          dtype: type | None = None) -> pd.DataFrame:
+    """A (run_id, key, value) query over the experiments ``:e``, one row per run and one
+    column per key."""
+    statement = sa.text(query).bindparams(sa.bindparam("e", expanding=True))
     with _engine(store).connect() as conn:
-        long = pd.read_sql(query, conn, params={"e": _ids(experiments)})
+        long = pd.read_sql(statement, conn, params={"e": _ids(experiments)})
     if long.empty:
         return pd.DataFrame(columns=["run_id"])
-    long["value"] = long["value"].astype(float)
+    if dtype is not None:
+        long["value"] = long["value"].astype(dtype)
     return long.pivot(index="run_id", columns="key", values="value").reset_index()
 
 

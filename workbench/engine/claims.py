@@ -23,6 +23,7 @@ import os
 import platform
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
@@ -39,19 +40,19 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 class Heartbeat:
-    """Records the trial's heartbeat so a killed worker's trial is later found stale."""
+    """Calls ``beat`` every ``HEARTBEAT_INTERVAL_S`` while the block runs, so that work whose
+    worker was killed is later found stale (a trial's Optuna heartbeat, an evaluation's claim).
+    A beat that fails is skipped: it only makes the work look stale sooner."""
 
-    def __init__(self, storage, trial_id: int):
-        self.storage, self.trial_id = storage, trial_id
+    def __init__(self, beat: Callable[[], object]):
+        self.beat = beat
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
 
     def _beat(self) -> None:
         while not self.stop_event.wait(HEARTBEAT_INTERVAL_S):
-            try:
-                self.storage.record_heartbeat(self.trial_id)
-            except Exception:  # a missed beat only makes the trial look stale later
-                pass
+            with contextlib.suppress(Exception):
+                self.beat()
 
     def __enter__(self):
         self.thread.start()

@@ -23,7 +23,6 @@ import contextlib
 import math
 import os
 import platform
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -32,14 +31,14 @@ import optuna
 import torch
 
 from workbench import runs, selection, stats
-from workbench.engine.claims import FINISHED, best_trial
+from workbench.engine.claims import FINISHED, Heartbeat, best_trial
 from workbench.engine.monitor import Monitor, StopRun
 from workbench.engine.studies import short_metric
 from workbench.engine.trial import build_methods, execute, run_params, run_tags
 from workbench.processes import process_alive
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
-from workbench.store import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, Store
+from workbench.store import HEARTBEAT_GRACE_S, Store
 from workbench.study_record import EvaluationOutcome
 
 DONE, DIVERGED, FAILED, RUNNING, INTERRUPTED = (
@@ -61,29 +60,6 @@ def best_counted_trial(study: optuna.Study, plan: StudyPlan, direction: str):
     if sum(t.state in FINISHED for t in counted) < plan.n_trials:
         return None
     return best_trial(counted, direction)
-
-
-class _Beat:
-    """Refreshes the claim's heartbeat while its evaluation runs."""
-
-    def __init__(self, storage, study_id: int, key: str, entry: dict):
-        self.storage, self.study_id, self.key, self.entry = storage, study_id, key, entry
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-
-    def _beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_INTERVAL_S):
-            with contextlib.suppress(Exception):  # a missed beat only makes it look stale
-                self.storage.set_study_user_attr(self.study_id, self.key,
-                                                 {**self.entry, "beat": time.time()})
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
 
 
 @dataclass
@@ -139,7 +115,8 @@ class Evaluator:
         monitor = Monitor(sweep, self.sink, run_id, None, seed, index)
         state = FAILED
         try:
-            with _Beat(self.storage, study._study_id, key, entry):
+            with Heartbeat(lambda: self.storage.set_study_user_attr(
+                    study._study_id, key, {**entry, "beat": time.time()})):
                 try:
                     value = monitor.final_value(execute(sweep, methods, seed, self.device,
                                                         monitor))

@@ -127,7 +127,7 @@ class TrialRunner:
         sweep = self.sweep
         opened = self._open(study, plan, trial)
         values: list[float] = []
-        with Heartbeat(self.storage, trial._trial_id):
+        with Heartbeat(lambda: self.storage.record_heartbeat(trial._trial_id)):
             try:
                 for index, seed in enumerate(sweep.seeds):
                     values.append(self._run_seed(opened, index, seed))
