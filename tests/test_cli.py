@@ -9,6 +9,8 @@ import sys
 import urllib.error
 import urllib.request
 
+import pytest
+
 from tests.conftest import run_cli, tiny_spec
 from tests.waiting import scaled, tail, wait_until
 
@@ -125,7 +127,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
+# what each server answers on, and what its answer must hold
+SERVED = {
+    "ui": ("/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny",
+           "trials, each with its seed runs one click away (landing)"),
+    "dashboard": ("/api/studies", "tiny.step_size=constant"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(SERVED))
+def test_ui_and_dashboard_serve_the_store_on_localhost_and_stop_whole(command, write_spec,
+                                                                        tmp_path):
     path = write_spec(tiny_spec(trials=1, methods={"step_size": ["constant"]},
                                 description="a tiny sweep for the tests",
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))
@@ -134,22 +146,22 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
     port = _free_port()
     out_file, err_file = tmp_path / "ui.out", tmp_path / "ui.err"
     with open(out_file, "w") as out, open(err_file, "w") as err:  # files: no pipe to fill
-        proc = subprocess.Popen([sys.executable, "-m", "workbench", "ui", str(path), "--port",
-                                 str(port)], cwd=tmp_path, stdout=out, stderr=err, text=True,
-                                start_new_session=True)
-    url = (f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name"
-           "?experiment_name=tiny")
+        proc = subprocess.Popen([sys.executable, "-m", "workbench", command, str(path),
+                                 "--port", str(port)], cwd=tmp_path, stdout=out, stderr=err,
+                                text=True, start_new_session=True)
+    route, second_line = SERVED[command]
+    url = f"http://127.0.0.1:{port}{route}"
     seen = {"answer": "no request made yet"}
 
     def state() -> str:
         exited = "running" if proc.poll() is None else f"exited with code {proc.returncode}"
-        return (f"the ui process is {exited}; last answer: {seen['answer']}; its stdout: "
-                f"{tail(out_file.read_text())!r}; its stderr ended with:\n"
+        return (f"the {command} process is {exited}; last answer: {seen['answer']}; its "
+                f"stdout: {tail(out_file.read_text())!r}; its stderr ended with:\n"
                 f"{tail(err_file.read_text())}")
 
     def alive(what: str) -> None:
         if proc.poll() is not None:
-            raise AssertionError(f"the ui process ended before {what}: {state()}")
+            raise AssertionError(f"the {command} process ended before {what}: {state()}")
 
     def printed_two_lines():
         alive("it printed its addresses")
@@ -170,21 +182,29 @@ def test_ui_serves_the_store_on_localhost(write_spec, tmp_path):
         return None
 
     try:
-        address, flat = wait_until(printed_two_lines, "the ui's two address lines", 120,
-                                   describe_state=state)
+        address, second = wait_until(printed_two_lines, f"the {command}'s first two lines",
+                                     120, describe_state=state)
         assert f"http://127.0.0.1:{port}" in address
-        assert "every run of tiny, best first" in flat and "orderByKey=metrics" in flat
+        assert second_line in second, second
         body = wait_until(answer, f"an HTTP 200 with a body from {url}", 300,
                           describe_state=state, interval=0.5)
-        experiment = json.loads(body)["experiment"]
-        assert experiment["name"] == "tiny", body
-        tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
-        assert tags.get("mlflow.note.content") == "a tiny sweep for the tests", tags
-        # SIGTERM to the wrapper alone stops MLflow's server and its workers with it
+        if command == "ui":
+            assert "viewStateShareKey=workbench-trials" in second, second
+            experiment = json.loads(body)["experiment"]
+            assert experiment["name"] == "tiny", body
+            tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
+            assert tags.get("mlflow.note.content") == "a tiny sweep for the tests", tags
+            landing = json.loads(tags["mlflow.sharedViewState.workbench-trials"])
+            assert landing["searchFilter"] == "tags.`workbench.kind` = 'seed'", landing
+        else:  # the sweep's one study, as Optuna's dashboard lists it, and its page's link
+            names = [s["study_name"] for s in json.loads(body)["study_summaries"]]
+            assert len(names) == 1 and second.split()[1] == f"({names[0]}):", (names, second)
+            assert f"http://127.0.0.1:{port}/dashboard/studies/" in second, second
+        # SIGTERM to the wrapper alone stops the server and its workers with it
         os.kill(proc.pid, signal.SIGTERM)
-        wait_until(lambda: proc.poll() is not None, "the ui to exit after SIGTERM", 60)
+        wait_until(lambda: proc.poll() is not None, f"the {command} to exit after SIGTERM", 60)
         store = str(tmp_path / "store")
-        wait_until(lambda: not _processes_mentioning(store), "no MLflow process left", 60,
+        wait_until(lambda: not _processes_mentioning(store), "no server process left", 60,
                    describe_state=lambda: str(_processes_mentioning(store)))
     finally:
         from tests.test_ui_browser import _kill_group

@@ -119,8 +119,9 @@ def _experiment_id(base: str, name: str) -> str:
                       describe_state=lambda: f"last answer: {seen['answer']}")
 
 
-def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec, tmp_path):
+def test_the_ui_lands_on_trials_with_their_columns_and_charts_by_method(write_spec, tmp_path):
     spec = write_spec(tiny_spec(methods={"step_size": list(METHODS)}, trials=TRIALS,
+                                description="a browser's view of two methods",
                                 seeds=len(SEEDS), storage=f"sqlite:///{tmp_path / 'store.db'}"))
     sweep = run_cli("sweep", spec, "--quiet", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr
@@ -132,31 +133,58 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
     try:
         base = f"http://127.0.0.1:{port}"
         experiment = _experiment_id(base, "tiny")
+        links = _links(tmp_path / "ui.log")
 
-        # Default view: one row per study, named after its method; trials and seeds nest below.
-        default = _render(tmp_path, "default", f"{base}/#/experiments/{experiment}/runs",
-                          re.compile(r"matching runs"))
-        assert "tiny" in default, default[-2000:]
-        for method in METHODS:
-            assert re.search(rf"\b{method}\b", default), default[-2000:]
-
-        # Sorted by the objective, MLflow lists every run flat: each seed run's name shows the
-        # method, trial, seed and objective without opening the run.
-        flat = (f"{base}/#/experiments/{experiment}/runs?"
-                + urllib.parse.urlencode({"orderByKey": "metrics.`objective`",
-                                          "orderByAsc": "true"}))
-        seed_run = re.compile(r"\b(\w+) t(\d+) s(\d+) \| loss=[-+0-9.e]+")
-        text = _render(tmp_path, "runs", flat, seed_run)
-        assert "tiny" in text, text[-2000:]
-        shown = {(m, int(t), int(s)) for m, t, s in seed_run.findall(text)}
-        assert shown == {(m, t, s) for m in METHODS for t in range(TRIALS) for s in SEEDS}, \
+        # The landing view: the model-training runs page (not MLflow 3's GenAI overview), one
+        # row per trial with its seed runs nested under it, method/seed/objective as columns,
+        # and the spec's description on the experiment.
+        landing = links["trials, each with its seed runs one click away (landing)"]
+        assert "workflowType=machine_learning" in landing and experiment in landing
+        trial_row = re.compile(r"\b(constant|polyak) t(\d+)\b(?! s\d)")
+        text = _render(tmp_path, "landing", landing, trial_row)
+        assert "a browser's view of two methods" in text, text[-2000:]
+        for header in ("workbench.method", "workbench.seed", "objective", "train/loss",
+                       "step_size.lr"):
+            assert header in text, (header, text[-2000:])
+        assert {(m, int(t)) for m, t in trial_row.findall(text)} == \
+            {(m, t) for m in METHODS for t in range(TRIALS)}, text[-2000:]
+        assert "matching runs" in text and "Traces" in text and "Overview" not in text, \
             text[-2000:]
-        for method in METHODS:  # the trial runs carry their aggregated objective too
-            assert re.search(rf"\b{method} t\d+ \| loss=", text), text[-2000:]
+        assert _png_size(tmp_path / "landing.png") == (1600, 1000)
 
-        shot = tmp_path / "runs.png"  # the table as rendered above, at 1600x1000
-        assert shot.stat().st_size > 20_000
-        assert _png_size(shot) == (1600, 1000)
+        # Trials best first: each trial row names its method and aggregated objective.
+        best = _render(tmp_path, "best", links["trials, best objective first"],
+                       re.compile(r"\bt\d+ \| loss="))
+        losses = [float(v) for v in re.findall(r"\bt\d+ \| loss=([-+0-9.e]+)", best)]
+        assert len(losses) == len(METHODS) * TRIALS and losses == sorted(losses), best[-2000:]
+
+        # Each study's best finished trial: its seed runs by a search on their parent.
+        for method in METHODS:
+            link = links[f"seeds of {method}'s best trial:"]
+            query = urllib.parse.parse_qs(link.split("?", 1)[1])
+            parent = re.fullmatch(r"tags\.`mlflow\.parentRunId` = '(\w+)'",
+                                  query["searchFilter"][0])[1]
+            trials = _search(base, experiment, f"tags.`workbench.kind` = 'trial' and "
+                                               f"tags.`workbench.method` = '{method}'")
+            objective = {r["info"]["run_id"]: {m["key"]: m["value"] for m in
+                                               r["data"].get("metrics", [])}.get("objective")
+                         for r in trials}
+            finished = {k: v for k, v in objective.items() if v is not None}
+            assert parent == min(finished, key=finished.get), (method, objective)
+
+        # The metric chart grouped by method: one aggregated line per method, drawn.
+        chart_url = links["train/loss by method (mean of the finished seed runs)"]
+        seen = {"dom": ""}
+
+        def grouped_chart_drawn() -> bool:
+            seen["dom"] = _chromium(tmp_path, f"profile-grouped-{time.monotonic_ns()}",
+                                    chart_url, tmp_path / "grouped.png", budget_ms=30_000)
+            text = _visible_text(seen["dom"])
+            return all(f"Group: {m}" in text for m in METHODS) and "main-svg" in seen["dom"] \
+                and "(train/loss)" in text
+
+        wait_until(grouped_chart_drawn, f"{chart_url} to draw train/loss grouped by method",
+                   600, interval=1, describe_state=lambda: _visible_text(seen["dom"])[-1500:])
 
         # A seed run's page charts its step metrics.
         run_id = _a_seed_run(base, experiment)
@@ -179,11 +207,21 @@ def test_the_runs_table_shows_method_seed_and_objective_in_a_browser(write_spec,
         assert (tmp_path / "chart.png").stat().st_size > 20_000
         keep = ROOT / "test-artifacts"  # git-ignored; the screenshots outlive the test
         keep.mkdir(exist_ok=True)
-        for name in ("default.png", "runs.png", "chart.png"):
+        for name in ("landing.png", "best.png", "grouped.png", "chart.png"):
             shutil.copy(tmp_path / name, keep / f"ui-{name}")
     finally:
         _kill_group(ui)
         ui_log.close()
+
+
+def _links(log: Path) -> dict[str, str]:
+    """The views `workbench ui` printed: label -> URL, once it has printed them."""
+    def printed():
+        found = dict(re.findall(r"^  (\S.*?\S)\s+(http://\S+)$", log.read_text(), re.M))
+        return found if len(found) >= 4 else None
+
+    return wait_until(printed, f"`workbench ui` to print its views in {log}", 300,
+                      interval=0.5, describe_state=lambda: log.read_text()[-1500:])
 
 
 def _metric_history(base: str, run_id: str, key: str) -> list:
@@ -207,9 +245,14 @@ def _metric_history(base: str, run_id: str, key: str) -> list:
 
 
 def _a_seed_run(base: str, experiment: str) -> str:
-    body = json.dumps({"experiment_ids": [experiment], "max_results": 1,
-                       "filter": "tags.`workbench.kind` = 'seed'"}).encode()
+    return _search(base, experiment, "tags.`workbench.kind` = 'seed'")[0]["info"]["run_id"]
+
+
+def _search(base: str, experiment: str, search: str) -> list[dict]:
+    """The runs of the experiment that match ``search``, through the UI's REST API."""
+    body = json.dumps({"experiment_ids": [experiment], "max_results": 1000,
+                       "filter": search}).encode()
     request = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)["runs"][0]["info"]["run_id"]
+    with urllib.request.urlopen(request, timeout=scaled(30)) as response:
+        return json.load(response)["runs"]

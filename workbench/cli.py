@@ -348,6 +348,50 @@ def _as_typed(path: str, chosen: dict) -> str:
 
 
 def cmd_ui(args) -> int:
+    sweep, store = _served_store(args)
+    base = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI on {redact(store.mlflow_url)}: {base}  (Ctrl-C stops it)", flush=True)
+    if sweep is not None:
+        _print_views(store, sweep, base)
+    else:
+        print("name the sweep's spec (workbench ui SPEC) for links to its runs, trials, studies "
+              "and charts", flush=True)
+    backend, password = _password_apart(store.mlflow_url)
+    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    return _serve([mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
+                   "--port", str(args.port), "--workers", "1"], password, args.host)
+
+
+def cmd_dashboard(args) -> int:
+    sweep, store = _served_store(args)
+    base = f"http://{args.host}:{args.port}"
+    print(f"Optuna dashboard on {redact(store.optuna_url)}: {base}  (Ctrl-C stops it)",
+          flush=True)
+    if sweep is not None:
+        ids = _optuna_study_ids(store)
+        for plan in sweep.studies:
+            where = (f"{base}/dashboard/studies/{ids[plan.name]}" if plan.name in ids
+                     else "not started: `workbench sweep` runs it")
+            print(f"  {sweep.title(plan)} ({plan.name}): {where}")
+        sys.stdout.flush()
+    storage, password = _password_apart(store.optuna_url)
+    dashboard = shutil.which("optuna-dashboard") or str(
+        Path(sys.executable).with_name("optuna-dashboard"))
+    return _serve([dashboard, storage, "--host", args.host, "--port", str(args.port)],
+                  password, args.host)
+
+
+def _optuna_study_ids(store) -> dict[str, int]:
+    """Study name -> Optuna's study id, read from the store's Optuna tables."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(store.optuna_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text("SELECT study_name, study_id FROM studies")).all())
+
+
+def _served_store(args):
+    """(the spec's sweep or None, the store ``workbench ui`` or ``dashboard`` opens)."""
     from workbench import spec
     from workbench.store import Store
 
@@ -359,28 +403,17 @@ def cmd_ui(args) -> int:
     if not store.exists():
         raise spec.SpecError("--storage", "", f"no store at {redact(url)}; run `workbench "
                                               "sweep` first")
-    mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
-    base = f"http://{args.host}:{args.port}"
-    print(f"MLflow UI on {redact(store.mlflow_url)}: {base}  (Ctrl-C stops it)", flush=True)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {args.host}: anyone who can reach it can read and change "
-              "every run", file=sys.stderr)
-    if sweep is not None:
-        from workbench import results
+    return sweep, store
 
-        experiment = results.experiment_id(store, sweep.name)
-        if experiment is not None:  # flat (not nested under studies), best objective first
-            ascending = "true" if sweep.direction == "minimize" else "false"
-            print(f"every run of {sweep.name}, best first: {base}/#/experiments/{experiment}"
-                  f"/runs?orderByKey=metrics.%60objective%60&orderByAsc={ascending}",
-                  flush=True)
-    backend, password = _password_apart(store.mlflow_url)
-    command = [mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
-               "--port", str(args.port), "--workers", "1"]
-    # every local user can read a command line (/proc/PID/cmdline), not the environment
+
+def _serve(command: list[str], password: str | None, host: str) -> int:
+    """Run a web server (MLflow's UI, Optuna's dashboard) until it ends, Ctrl-C or SIGTERM:
+    in a session of its own, stopped whole (its workers too) whenever this process stops. The
+    database password goes in PGPASSWORD: every local user can read a command line."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: listening on {host}: anyone who can reach it can read and change "
+              "every run", file=sys.stderr)
     env = None if password is None else {**os.environ, "PGPASSWORD": password}
-    # MLflow's server and its workers in a session of their own, stopped as one whenever this
-    # process stops: Ctrl-C (which reaches this process only), SIGTERM, or the server's end
     server = subprocess.Popen(command, env=env, start_new_session=True)
 
     def stop(signum, frame):
@@ -393,6 +426,30 @@ def cmd_ui(args) -> int:
         return 0
     finally:
         _stop_session(server)
+
+
+def _print_views(store, sweep, base: str) -> None:
+    """Save the sweep's views on its experiment (``workbench.ui_views``) and print their links,
+    with the seed runs of each study's best trial."""
+    from workbench import results, ui_views
+
+    experiment = results.experiment_id(store, sweep.name)
+    if experiment is None:
+        print(f"{sweep.name} has no runs yet: `workbench sweep` first", flush=True)
+        return
+    table = results.runs(store, experiment)
+    final = results.latest_metrics(store, experiment)
+    views = ui_views.views(sweep, ui_views.log_scale_metrics(sweep, table, final))
+    from mlflow import MlflowClient
+
+    ui_views.save(MlflowClient(store.mlflow_url), experiment, views)
+    width = max(len(view.label) for view in views)
+    for view in views:
+        print(f"  {view.label:<{width}}  {view.url(base, experiment)}")
+    best = ui_views.best_trials(sweep, table, final)
+    for title, trial_run in best.items():
+        print(f"  seeds of {title}'s best trial: {ui_views.seeds_url(base, experiment, trial_run)}")
+    print("  (README.md, \"The MLflow UI\", says what each view shows)", flush=True)
 
 
 def _stop_session(process: subprocess.Popen, grace: float = 10.0) -> None:
@@ -531,6 +588,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("--storage")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("dashboard", help="Optuna's dashboard on the store's studies, on "
+                                         "127.0.0.1 (search spaces, importances, history)")
+    p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
+    p.add_argument("--storage")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to listen on (default 127.0.0.1: this machine only)")
+    p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("ui", help="the MLflow UI on the store, on 127.0.0.1")
     p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")

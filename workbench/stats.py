@@ -240,3 +240,24 @@ def steps_to_target(steps, values, target: float, direction: str = "maximize") -
     hit = v >= target if direction == "maximize" else v <= target
     idx = np.flatnonzero(hit)
     return float(np.asarray(steps)[idx[0]]) if idx.size else math.nan
+
+
+def wants_log_scale(values) -> bool:
+    """Whether values read better on a log axis: at least half of the finite ones positive and
+    those spanning more than a factor of 20. (Rounding can put a converged suboptimality at 0
+    or just below; a log axis masks those points.)"""
+    try:
+        v = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):  # text among them counts as missing
+        v = np.array([_float_or_nan(x) for x in values], dtype=float)
+    v = v[np.isfinite(v)]
+    positive = v[v > 0]
+    return bool(positive.size and positive.size >= 0.5 * max(v.size, 1)
+                and positive.max() > 20 * positive.min())
+
+
+def _float_or_nan(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan

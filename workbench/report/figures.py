@@ -323,11 +323,6 @@ def _axes(count: int, width: float = 6.0):
 
 
 def _log_if_wide(ax, values, which: str, nonpositive: str = "mask") -> None:
-    """A log scale when every value is positive and they span more than a factor of 20."""
-    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna().to_numpy()
-    v = v[np.isfinite(v)]
-    positive = v[v > 0]
-    # rounding can put a converged suboptimality at 0 or just below: those points are masked
-    if positive.size >= 0.5 * max(v.size, 1) and positive.size and \
-            positive.max() > 20 * positive.min():
+    """A log scale where ``stats.wants_log_scale`` says so."""
+    if stats.wants_log_scale(values):
         (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive=nonpositive)
