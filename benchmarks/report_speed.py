@@ -1,11 +1,18 @@
-"""Whole-report time against reading the same data through MlflowClient run by run.
+"""Whole-report time against scripts on MLflow's client, at two scales.
 
-    .venv/bin/python benchmarks/report_speed.py            # 1,000 runs x 1,000 steps x 4 metrics
-    .venv/bin/python benchmarks/report_speed.py --runs 200 # smaller
+    .venv/bin/python benchmarks/report_speed.py              # both cases
+    .venv/bin/python benchmarks/report_speed.py --case small # the quickstart only
+    .venv/bin/python benchmarks/report_speed.py --case large --runs 200
 
-A synthetic sweep in the workbench's tracking layout (one study, trials of 4 seeds, every seed
-run with 4 metrics at every step, written through the metric sink) goes into a fresh SQLite
-store. Then, in one run: ``workbench.report.build`` (every figure and table; its reads are a
+Small: the quickstart sweep (30 trials, 3 seeds) run into a fresh store; then, alternately,
+``workbench report sweeps/quickstart.yaml`` (every figure as PNG and PDF, the tables, the
+provenance) and the naive script ``benchmarks/naive_curves.py`` (its learning curves through
+``MlflowClient.get_metric_history``, one PNG per metric and x-axis), each a fresh process as a
+user runs it, REPEATS times; the ratio of the medians.
+
+Large: a synthetic sweep in the workbench's tracking layout (one study, trials of 4 seeds,
+every seed run with 4 metrics at every step, written through the metric sink) goes into a fresh
+SQLite store. Then, in one run: ``workbench.report.build`` (every figure and table; its reads are a
 handful of SQL queries) against only *reading* the same runs the way a script on MLflow's client
 would: ``get_run`` and ``get_metric_history`` per run and metric (timed on a sample of runs and
 scaled to all of them, as the output says).
@@ -15,6 +22,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -82,12 +93,53 @@ def make_sweep(folder: Path, runs: int, steps: int):
     return sweep, client, seed_ids
 
 
+ROOT = Path(__file__).resolve().parent.parent
+REPEATS = 3
+
+
+def small_case() -> None:
+    python = sys.executable
+    quickstart = ROOT / "sweeps" / "quickstart.yaml"
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "WORKBENCH_CACHE": str(Path(folder) / "cache"),
+               "PYTHONWARNINGS": "ignore"}
+        storage = f"sqlite:///{Path(folder) / 'store.db'}"
+        subprocess.run([python, "-m", "workbench", "sweep", str(quickstart), "--storage",
+                        storage, "--quiet"], env=env, check=True, capture_output=True)
+        report = [python, "-m", "workbench", "report", str(quickstart), "--storage", storage,
+                  "--out", str(Path(folder) / "report")]
+        (Path(folder) / "naive").mkdir()
+        naive = [python, str(ROOT / "benchmarks" / "naive_curves.py"),
+                 f"sqlite:///{Path(folder) / 'store.mlflow.db'}", "quickstart",
+                 str(Path(folder) / "naive"), "train/loss", "train/accuracy"]
+        times: dict[str, list[float]] = {"report": [], "naive": []}
+        for _ in range(REPEATS):
+            for name, command in (("report", report), ("naive", naive)):
+                started = time.perf_counter()
+                subprocess.run(command, env=env, check=True, capture_output=True)
+                times[name].append(time.perf_counter() - started)
+        ours, theirs = statistics.median(times["report"]), statistics.median(times["naive"])
+        files = len(list((Path(folder) / "report").iterdir()))
+        print(f"small (quickstart): workbench report ({files} files) {ours:.1f} s, naive "
+              f"script (8 PNGs through MlflowClient) {theirs:.1f} s, medians of {REPEATS}, "
+              f"{len(os.sched_getaffinity(0))} CPUs")
+        print(f"ratio: the report takes {ours / theirs:.2f}x the naive script's time")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1000, help="seed runs (default 1000)")
+    parser.add_argument("--case", choices=["small", "large", "both"], default="both")
+    parser.add_argument("--runs", type=int, default=1000, help="large: seed runs (1000)")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--sample", type=int, default=40, help="runs read by the client")
     args = parser.parse_args()
+    if args.case in ("small", "both"):
+        small_case()
+    if args.case in ("large", "both"):
+        large_case(args)
+
+
+def large_case(args) -> None:
     from workbench import report
 
     with tempfile.TemporaryDirectory() as folder:

@@ -245,3 +245,29 @@ def test_range_edge_is_measured_in_the_ranges_own_scale():
     assert range_edge(96, od.IntDistribution(1, 100)) == "high"
     assert range_edge(0.5, od.CategoricalDistribution([0.1, 0.5])) is None
     assert range_edge("adam", log) is None
+
+
+def test_a_band_through_zero_on_a_log_axis_runs_to_the_floor(swept, monkeypatch):
+    """matplotlib masks a band's non-positive edge on a log axis and closes the polygon across
+    the plot; the report draws such a band down to the smallest value shown instead."""
+    import numpy as np
+
+    from workbench import stats
+    from workbench.report import data, figures
+
+    folder, _ = swept
+    d = data.read_sweep(data.SweepRef("tiny", f"sqlite:///{folder / 'store.db'}"), None)
+    monkeypatch.setattr(stats, "wants_log_scale", lambda values: True)
+    monkeypatch.setattr(stats, "interval_band", lambda values, how, confidence: (
+        np.full(values.shape[1], -1.0), np.full(values.shape[1], 2.0)))  # through 0
+    drawing = figures.curves([d], "train/loss", "step", d.options,
+                             figures.Style(m.label for m in d.methods))
+    ax = drawing.figure.axes[0]
+    assert ax.get_yscale() == "log"
+    bands = [c for c in ax.collections if "Poly" in type(c).__name__]
+    assert len(bands) == len(d.methods)
+    floor = d.history.loc[d.history["key"] == "train/loss", "value"]
+    floor = floor[floor > 0].min()
+    for band in bands:
+        ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+        assert np.isfinite(ys).all() and ys.min() == pytest.approx(floor)

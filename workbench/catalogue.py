@@ -27,7 +27,7 @@ FORMAT = 1
 
 def load() -> dict[str, Any]:
     """{"methods": [detail, ...], "tasks": [detail, ...]}, from the cache when current."""
-    path = cache_root() / "catalogue" / f"{_key()}.json"
+    path = cache_root() / "catalogue" / f"{key()}.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -52,7 +52,8 @@ def _build() -> dict[str, Any]:
     return {"methods": methods, "tasks": [listing.task_detail(t) for t in TASKS.values()]}
 
 
-def _key() -> str:
+def key() -> str:
+    """A hash of every package and plugin file's size and time and of the version."""
     digest = hashlib.sha256(f"{FORMAT}:{__version__}".encode())
     for folder in _package_folders():
         for root, dirs, files in os.walk(folder):

@@ -144,8 +144,13 @@ def cmd_sweep(args) -> int:
     sweep = spec.load(args.spec, storage=args.storage)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    from workbench import engine  # after the spec: bad input never pays for MLflow's import
+    from workbench import (
+        engine,  # after the spec: bad input never pays for MLflow's import
+        resolved,
+    )
     from workbench.progress import SweepProgress
+
+    resolved.keep(sweep, args.spec, storage=args.storage)  # for `status` and `report`
 
     engine.quiet_libraries()
 
@@ -168,19 +173,20 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from workbench import engine, spec
+    from workbench import resolved
+    from workbench.engine import status
     from workbench.store import Store
 
-    sweep = spec.load(args.spec, storage=args.storage)
+    sweep = resolved.load(args.spec, storage=args.storage)  # no torch when kept
     store = Store.from_url(sweep.storage)
     _reachable(sweep.storage)
     if not store.exists():
         print(f"no store at {redact(sweep.storage)} yet: no trial has run", file=sys.stderr)
-        statuses = [engine.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {},
+        statuses = [status.StudyStatus(p.name, p.label, p.n_trials, 0, 0, 0, 0, None, {},
                                        fingerprint=p.fingerprint, state="not started")
                     for p in sweep.studies]
     else:
-        statuses = engine.sweep_status(sweep, store)
+        statuses = status.sweep_status(sweep, store)
     _print_status(sweep, statuses)
     return 0
 
@@ -213,7 +219,7 @@ def _print_status(sweep, statuses) -> None:
                      "best": "—" if s.best_value is None else f"{s.best_value:.6g}",
                      "best params": ", ".join(f"{k}={v:.4g}" if isinstance(v, float)
                                               else f"{k}={v}" for k, v in s.best_params.items())})
-    print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task.name}, "
+    print(f"sweep {sweep.name}: {sweep.metric} ({sweep.direction}) on task {sweep.task_name}, "
           f"{len(sweep.seeds)} seeds, store {redact(sweep.storage)}")
     columns = ["study", "done", "pruned", "failed", "running", "best", "best params"]
     if stated:
@@ -368,7 +374,9 @@ def cmd_dashboard(args) -> int:
     print(f"Optuna dashboard on {redact(store.optuna_url)}: {base}  (Ctrl-C stops it)",
           flush=True)
     if sweep is not None:
-        ids = _optuna_study_ids(store)
+        from workbench import optuna_tables
+
+        ids = optuna_tables.study_ids(store.optuna_url)
         for plan in sweep.studies:
             where = (f"{base}/dashboard/studies/{ids[plan.name]}" if plan.name in ids
                      else "not started: `workbench sweep` runs it")
@@ -379,15 +387,6 @@ def cmd_dashboard(args) -> int:
         Path(sys.executable).with_name("optuna-dashboard"))
     return _serve([dashboard, storage, "--host", args.host, "--port", str(args.port)],
                   password, args.host)
-
-
-def _optuna_study_ids(store) -> dict[str, int]:
-    """Study name -> Optuna's study id, read from the store's Optuna tables."""
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(store.optuna_url, poolclass=sa.pool.NullPool)
-    with engine.connect() as conn:
-        return dict(conn.execute(sa.text("SELECT study_name, study_id FROM studies")).all())
 
 
 def _served_store(args):
@@ -503,12 +502,12 @@ def cmd_report(args) -> int:
         plan = spec.ReportPlan(args.sweep, [], None)
         refs = [report.SweepRef(args.sweep, url, include_superseded=args.include_superseded)]
     else:
-        plan = spec.load_report(args.spec, storage=args.storage)
+        from workbench import resolved
+
+        plan = spec.load_report(args.spec, storage=args.storage, load_sweep=resolved.load)
         # what each spec would run now, on either device kind: a study not among them is stale
-        refs = [report.SweepRef(sweep.name, sweep.storage, frozenset(
-                    p.fingerprint for kind in ("cpu", "cuda")
-                    for p in sweep.on_device(kind).studies), args.include_superseded)
-                for sweep in plan.sweeps]
+        refs = [report.SweepRef(sweep.name, sweep.storage, sweep.any_device(),
+                                args.include_superseded) for sweep in plan.sweeps]
     out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
         report.replaceable(out)

@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -245,6 +246,18 @@ class Sweep:
     storage: str
     notes: list[str] = field(default_factory=list)
     evaluation: EvaluationPlan | None = None  # held-out seeds (``evaluation_plan``)
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name
+
+    @property
+    def max_failed_trials(self) -> int:
+        return self.spec.max_failed_trials
+
+    @property
+    def report(self) -> ReportOptions:
+        return self.spec.report
 
     def title(self, plan: StudyPlan) -> str:
         """The study's readable name in this sweep, for messages: ``SWEEP.SLOT=LABEL[+...]``
@@ -693,13 +706,16 @@ class ReportPlan:
     options: ReportOptions | None
 
 
-def load_report(path: str | Path, storage: str | None = None) -> ReportPlan:
+def load_report(path: str | Path, storage: str | None = None,
+                load_sweep: Callable[..., Any] | None = None) -> ReportPlan:
     """A sweep spec (one sweep) or a report spec (``sweeps:``, paths relative to the spec's
-    folder's parent or to the folder itself)."""
+    folder's parent or to the folder itself). ``load_sweep(path, storage=)`` reads each sweep
+    spec (default ``load``; `workbench report` passes ``workbench.resolved.load``)."""
+    load_sweep = load_sweep or load
     data = read_yaml(path)
     if "sweeps" not in data:
-        sweep = load(path, storage=storage)
-        return ReportPlan(sweep.name, [sweep], sweep.spec.report)
+        sweep = load_sweep(path, storage=storage)
+        return ReportPlan(sweep.name, [sweep], sweep.report)
     try:
         spec = validate(ReportFile, data, str(path))
     except SpecError:
@@ -712,5 +728,5 @@ def load_report(path: str | Path, storage: str | None = None) -> ReportPlan:
             target = base / entry
         if not target.is_file():
             raise SpecError(str(path), f"sweeps[{i}]", f"no sweep spec at {shorten(entry)}")
-        sweeps.append(load(target, storage=storage))
+        sweeps.append(load_sweep(target, storage=storage))
     return ReportPlan(spec.name, sweeps, spec.report)

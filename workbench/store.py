@@ -21,10 +21,13 @@ import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import optuna
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+
+if TYPE_CHECKING:
+    import optuna
 
 from workbench import store_schema as schema
 from workbench.store_schema import StoreError
@@ -166,6 +169,8 @@ class Store:
         self.artifact_root.mkdir(parents=True, exist_ok=True)
 
     def optuna_storage(self) -> optuna.storages.RDBStorage:
+        import optuna  # not before: `workbench status` reads the tables with SQL instead
+
         kwargs = {"pool_pre_ping": True}
         if self.is_sqlite:
             kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import sqlite3
@@ -83,14 +86,42 @@ def _scripts(kind: str):
                                         "db_migrations"))
 
 
+@functools.cache
+def _revisions(kind: str) -> tuple[str, frozenset[str]]:
+    """(the head, every revision) of the installed package's migrations. Reading them imports
+    the package and each migration script (a second for MLflow), so they are kept under the
+    cache folder per package version and location, which they depend on alone."""
+    from workbench.cache import cache_root
+
+    spec = importlib.util.find_spec(kind)
+    where = spec.origin if spec is not None else "?"
+    tag = hashlib.sha256(f"{version(kind)} {where}".encode()).hexdigest()[:16]
+    path = cache_root() / "schema-revisions" / f"{kind}-{tag}.json"
+    try:
+        saved = json.loads(path.read_text())
+        return saved["head"], frozenset(saved["known"])
+    except (OSError, ValueError, KeyError):
+        pass
+    scripts = _scripts(kind)
+    head_, known_ = scripts.get_current_head(), [r.revision for r in scripts.walk_revisions()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}")
+        partial.write_text(json.dumps({"head": head_, "known": sorted(known_)}))
+        os.replace(partial, path)  # whole or absent, with workers writing it at once
+    except OSError:
+        pass  # a read-only cache: read them again next time
+    return head_, frozenset(known_)
+
+
 def head(kind: str) -> str:
     """The schema revision the installed Optuna or MLflow expects."""
-    return _scripts(kind).get_current_head()
+    return _revisions(kind)[0]
 
 
 def known(kind: str) -> frozenset[str]:
     """Every schema revision the installed package can upgrade from."""
-    return frozenset(r.revision for r in _scripts(kind).walk_revisions())
+    return _revisions(kind)[1]
 
 
 def version(kind: str) -> str:

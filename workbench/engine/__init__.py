@@ -10,22 +10,24 @@ runs one or several workers, ``status`` says where each study stands. Runs are w
 layout of ``workbench.runs``.
 """
 
-from workbench.engine.claims import FINISHED, Claims, Heartbeat, failure_stop
-from workbench.engine.monitor import Monitor, StopRun, report_steps
-from workbench.engine.status import StudyStatus, study_status, sweep_status
-from workbench.engine.studies import make_pruner, make_sampler, setup
-from workbench.engine.trial import TrialRunner, suggest, unused_knobs
-from workbench.engine.workers import (
-    Worker,
-    quiet_libraries,
-    resolve_device,
-    run_sweep,
-    terminate_gracefully,
-)
+import importlib
 
-__all__ = [
-    "FINISHED", "Claims", "Heartbeat", "Monitor", "StopRun", "StudyStatus", "TrialRunner",
-    "Worker", "failure_stop", "make_pruner", "make_sampler", "quiet_libraries", "report_steps",
-    "resolve_device", "run_sweep", "setup", "study_status", "suggest", "sweep_status",
-    "terminate_gracefully", "unused_knobs",
-]
+# name -> the module that defines it; imported on first use, so that `workbench status` (which
+# needs ``status`` alone) does not import the trial runner, MLflow or the testbeds
+_HOMES = {
+    "FINISHED": "claims", "failure_stop": "outcomes",
+    "Claims": "claims", "Heartbeat": "claims",
+    "Monitor": "monitor", "StopRun": "monitor", "report_steps": "monitor",
+    "StudyStatus": "status", "study_status": "status", "sweep_status": "status",
+    "make_pruner": "studies", "make_sampler": "studies", "setup": "studies",
+    "TrialRunner": "trial", "suggest": "trial", "unused_knobs": "trial",
+    "Worker": "workers", "quiet_libraries": "workers", "resolve_device": "workers",
+    "run_sweep": "workers", "terminate_gracefully": "workers",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -30,6 +30,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from workbench import runs, selection
+from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's names)
+    best_trial,
+    failure_stop,
+    raised_count,
+    worker_died,
+)
 from workbench.engine.studies import make_sampler, run_key, short_metric
 from workbench.processes import process_alive
 from workbench.spec import StudyPlan, Sweep
@@ -217,16 +223,6 @@ class Claims:
         runs.finish_run(self.client, run_id, "fail", tags={runs.FAIL_REASON: reason})
 
 
-def best_trial(trials, direction: str) -> FrozenTrial | None:
-    """The best complete trial among ``trials`` (the lowest number among equals); None when
-    none is complete."""
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if not complete:
-        return None
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(complete, key=lambda t: (sign * t.value, t.number))
-
-
 def _recorded_trials(run) -> int | None:
     """The trial count the sweep that owns a study run recorded in it."""
     try:
@@ -234,25 +230,6 @@ def _recorded_trials(run) -> int | None:
     except ValueError:
         return None
     return None if record is None else record.trials
-
-
-def raised_count(trials) -> int:
-    """Trials failed because their method raised (not because their worker died)."""
-    return sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials)
-
-
-def worker_died(trial) -> bool:
-    """A failed trial that did not fail itself: its worker was killed or it was found dead."""
-    return (trial.state == TrialState.FAIL
-            and not {"fail_reason", "interrupted"} & trial.user_attrs.keys())
-
-
-def failure_stop(trials, limit: int) -> str | None:
-    """Why a study claims no more trials: its method raised ``max_failed_trials`` times."""
-    raised = raised_count(trials)
-    if raised < limit:
-        return None
-    return f"stopped after {raised} failed trials (max_failed_trials: {limit})"
 
 
 def may_be_running(owner: dict | None) -> bool:

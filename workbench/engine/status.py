@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import optuna
-from optuna.trial import TrialState
+import sqlalchemy as sa
 
-from workbench import fingerprint, runs, selection
-from workbench.engine.claims import FINISHED, best_trial, failure_stop
-from workbench.engine.studies import study_runs
-from workbench.spec import Sweep
+from workbench import fingerprint, optuna_tables, runs, selection
+from workbench.engine.outcomes import FINISHED_STATES, best_trial, failure_stop, state
 from workbench.study_record import StudyRecord
+
+if TYPE_CHECKING:  # either, the second kept between calls (`workbench.resolved`)
+    from workbench.resolved import ResolvedSweep
+    from workbench.spec import Sweep
 
 UP_TO_DATE, NOT_STARTED, STALE, SUPERSEDED = "up to date", "not started", "stale", "superseded"
 
@@ -53,59 +55,56 @@ class StudyStatus:
         return self.stop_reason or "no trial left to claim; run the same command again"
 
 
-def study_status(sweep: Sweep, storage) -> list[StudyStatus]:
+def study_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
     """Trials per state and the best value of every study of the sweep (missing studies count
-    as empty)."""
-    existing = {s.study_name for s in optuna.get_all_study_summaries(storage, False)}
-    return [_status(plan.name, plan.label, plan.n_trials, sweep, storage, existing,
+    as empty), read from Optuna's tables (``workbench.optuna_tables``)."""
+    existing = optuna_tables.study_ids(store.optuna_url)
+    return [_status(plan.name, plan.label, plan.n_trials, sweep, store, existing,
                     plan.fingerprint) for plan in sweep.studies]
 
 
-def _status(name: str, label: str, total: int, sweep: Sweep, storage, existing,
-            digest: str) -> StudyStatus:
-    counts = dict.fromkeys(TrialState, 0)
+def _status(name: str, label: str, total: int, sweep: Sweep | ResolvedSweep, store,
+            existing: dict[str, int], digest: str) -> StudyStatus:
+    counts = dict.fromkeys(("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"), 0)
     best_value, best_params, reasons, stop = None, {}, [], None
     if name in existing:
-        trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-        last = selection.cutoff(((t.number, t.state in FINISHED) for t in trials), total)
+        trials = optuna_tables.trials(store.optuna_url, existing[name])
+        last = selection.cutoff(((t.number, state(t) in FINISHED_STATES) for t in trials),
+                                total)
         for t in trials:
-            if t.state == TrialState.RUNNING or selection.counted(t.number, last):
-                counts[t.state] += 1
-                if t.state == TrialState.FAIL:
+            if state(t) == "RUNNING" or selection.counted(t.number, last):
+                counts[state(t)] += 1
+                if state(t) == "FAIL":
                     reasons.append(t.user_attrs.get("fail_reason")
                                    or t.user_attrs.get("interrupted", "worker died"))
         best = best_trial([t for t in trials if selection.counted(t.number, last)],
                           sweep.direction)
         if best is not None:
             best_value, best_params = best.value, best.params
-        if counts[TrialState.COMPLETE] + counts[TrialState.PRUNED] < total:
-            stop = failure_stop(trials, sweep.spec.max_failed_trials)
-    return StudyStatus(name, label, total, counts[TrialState.COMPLETE],
-                       counts[TrialState.PRUNED], counts[TrialState.FAIL],
-                       counts[TrialState.RUNNING], best_value, best_params, reasons, stop,
-                       digest)
+        if counts["COMPLETE"] + counts["PRUNED"] < total:
+            stop = failure_stop(trials, sweep.max_failed_trials)
+    return StudyStatus(name, label, total, counts["COMPLETE"], counts["PRUNED"],
+                       counts["FAIL"], counts["RUNNING"], best_value, best_params, reasons,
+                       stop, digest)
 
 
-def sweep_status(sweep: Sweep, store) -> list[StudyStatus]:
+def sweep_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
     """``study_status`` with each study's state, then the other studies the sweep's experiment
     holds: stale (the sweep still shows it, but the spec or the code has changed since: the
-    note says what) or superseded (a later version of the sweep replaced it)."""
-    storage = store.optuna_storage()
-    statuses = study_status(sweep, storage)
-    client = store.mlflow_client()
-    experiment = client.get_experiment_by_name(sweep.name)
-    recorded = study_runs(client, experiment.experiment_id) if experiment else []
-    by_fingerprint = {run.data.tags.get(runs.FINGERPRINT): run for run in recorded}
+    note says what) or superseded (a later version of the sweep replaced it). The study runs'
+    tags are read with SQL (no MLflow client to import)."""
+    statuses = study_status(sweep, store)
+    recorded, experiment_names = _study_run_tags(store, sweep.name)
+    by_fingerprint = {tags.get(runs.FINGERPRINT): tags for tags in recorded}
     for status in statuses:
-        run = by_fingerprint.get(status.fingerprint)
+        tags = by_fingerprint.get(status.fingerprint)
         status.state = UP_TO_DATE if status.finished or status.running else NOT_STARTED
-        if run is not None and runs.HOME_EXPERIMENT in run.data.tags:
-            home = client.get_experiment(run.data.tags[runs.HOME_EXPERIMENT])
-            status.note = f"trials in sweep {home.name}"
+        if tags is not None and runs.HOME_EXPERIMENT in tags:
+            home = experiment_names.get(tags[runs.HOME_EXPERIMENT], "?")
+            status.note = f"trials in sweep {home}"
     plans = {plan.label: plan for plan in sweep.studies}
-    existing = {s.study_name for s in optuna.get_all_study_summaries(storage, False)}
-    for run in recorded:
-        tags = run.data.tags
+    existing = optuna_tables.study_ids(store.optuna_url)
+    for tags in recorded:
         digest = tags.get(runs.FINGERPRINT, "")
         if digest and digest in {s.fingerprint for s in statuses}:
             continue
@@ -115,7 +114,7 @@ def sweep_status(sweep: Sweep, store) -> list[StudyStatus]:
             record = None
         label = tags.get(runs.METHOD, "?")
         status = _status(tags.get(runs.STUDY_NAME, ""), label,
-                         record.trials if record else 0, sweep, storage, existing, digest)
+                         record.trials if record else 0, sweep, store, existing, digest)
         if tags.get(runs.STUDY_STATE) == runs.SUPERSEDED:
             status.state, status.note = SUPERSEDED, tags.get(runs.SUPERSEDED_NOTE, "")
         else:
@@ -123,6 +122,27 @@ def sweep_status(sweep: Sweep, store) -> list[StudyStatus]:
             status.note = _stale_note(tags, plans.get(label))
         statuses.append(status)
     return statuses
+
+
+def _study_run_tags(store, sweep_name: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """(the tags of each active study run of the sweep's experiment, oldest first; every
+    experiment's name by id), read from MLflow's tables."""
+    engine = sa.create_engine(store.mlflow_url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        names = {str(i): n for i, n in conn.execute(sa.text(
+            "SELECT experiment_id, name FROM experiments"))}
+        rows = conn.execute(sa.text(
+            "SELECT r.run_uuid, t.key, t.value FROM runs r "
+            "JOIN experiments e ON e.experiment_id = r.experiment_id "
+            "JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE e.name = :sweep AND e.lifecycle_stage = 'active' "
+            "AND r.lifecycle_stage = 'active' AND r.run_uuid IN (SELECT run_uuid FROM tags "
+            "WHERE key = :kind AND value = :study) ORDER BY r.start_time, r.run_uuid"),
+            {"sweep": sweep_name, "kind": runs.KIND, "study": runs.STUDY}).all()
+    tags: dict[str, dict[str, str]] = {}
+    for run, key, value in rows:
+        tags.setdefault(run, {})[key] = value
+    return list(tags.values()), names
 
 
 def _stale_note(tags: dict, plan) -> str:

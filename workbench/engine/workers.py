@@ -144,7 +144,7 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
 
     def refresh() -> None:
         if progress:
-            progress(study_status(sweep, storage))
+            progress(study_status(sweep, store))
 
     refresh()
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -187,7 +187,7 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
         count = min(count + plan.step, len(plan.seeds))
         say(f"held-out seeds: the best two intervals overlap; {count} seeds next")
         work(plan.seeds[:count])
-    final = study_status(sweep, storage)
+    final = study_status(sweep, store)
     if progress:
         progress(final)
     return final

@@ -3,8 +3,13 @@ its provenance, then the index, into a staging folder that replaces the target w
 
 from __future__ import annotations
 
+import functools
+import itertools
+import multiprocessing
+import os
 import shutil
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from workbench.report import figures, folder
@@ -48,6 +53,41 @@ def build(sweeps: SweepRef | Sequence[SweepRef], out_dir: Path, *, title: str | 
     return [Path(out_dir) / name for name in names]
 
 
+# the drawings of the report being written, for the forked workers that render them
+_DRAWINGS: list[Callable[[], figures.Drawing | None]] = []
+
+
+def render(drawings: list[Callable[[], figures.Drawing | None]],
+           out: Path) -> list[tuple[str, list[str]] | None]:
+    """Draw each figure and save it as PNG and PDF in ``out``: on every CPU this process may
+    use, each figure whole in one worker process (forked, so it shares the data read); one by
+    one where there is one CPU or no fork. Per drawing, in order: (its file stem, the runs it
+    shows), or None where it has nothing to show."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    workers = min(cpus, len(drawings))
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_save(drawing(), out) for drawing in drawings]
+    _DRAWINGS[:] = drawings
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            return list(pool.map(_render_one, range(len(drawings)), itertools.repeat(out)))
+    finally:
+        _DRAWINGS.clear()
+
+
+def _render_one(index: int, out: Path) -> tuple[str, list[str]] | None:
+    return _save(_DRAWINGS[index](), out)
+
+
+def _save(drawing: figures.Drawing | None, out: Path) -> tuple[str, list[str]] | None:
+    if drawing is None:
+        return None
+    for suffix in (".png", ".pdf"):
+        drawing.figure.savefig(out / f"{drawing.stem}{suffix}", dpi=120)
+    return drawing.stem, list(drawing.run_ids)
+
+
 class _Writer:
     """Writes files into ``out`` and remembers them, in order."""
 
@@ -60,14 +100,19 @@ class _Writer:
         self.out.mkdir(parents=True, exist_ok=True)
         o = self.options
         style = figures.Style(m.label for d in sweeps for m in d.methods)
-        for metric in o.metrics or sorted({d.metric for d in sweeps}):
-            for axis in o.x_axes:
-                self.figure(figures.curves(sweeps, metric, axis, o, style))
-        self.figure(figures.final(sweeps, o, style))
-        self.figure(figures.profiles(sweeps, style))
-        self.figure(figures.best_of_k(sweeps, o, style))
+        drawings: list[Callable[[], figures.Drawing | None]] = [
+            functools.partial(figures.curves, sweeps, metric, axis, o, style)
+            for metric in o.metrics or sorted({d.metric for d in sweeps}) for axis in o.x_axes]
+        drawings += [functools.partial(figures.final, sweeps, o, style),
+                     functools.partial(figures.profiles, sweeps, style),
+                     functools.partial(figures.best_of_k, sweeps, o, style)]
+        drawings += [functools.partial(figures.sensitivity, d, style) for d in sweeps]
+        for drawn in render(drawings, self.out):
+            if drawn is not None:
+                stem, run_ids = drawn
+                self.written += [self.out / f"{stem}.png", self.out / f"{stem}.pdf"]
+                self.provenance.write(self.out / f"{stem}.png", run_ids, sweeps)
         for d in sweeps:
-            self.figure(figures.sensitivity(d, style))
             self.results_table(d)
             self.improvement_table(d)
         index = self.out / "index.html"
@@ -78,16 +123,6 @@ class _Writer:
         self.provenance.write(self.out / "provenance.png", every_run, sweeps)
         self.written.append(self.out / "provenance.json")
         return self.written
-
-    def figure(self, drawing: figures.Drawing | None) -> None:
-        if drawing is None:
-            return
-        for suffix in (".png", ".pdf"):
-            path = self.out / f"{drawing.stem}{suffix}"
-            drawing.figure.savefig(path, dpi=120)
-            self.written.append(path)
-        self.provenance.write(self.out / f"{drawing.stem}.png", drawing.run_ids,
-                              drawing.sweeps)
 
     def results_table(self, d: SweepData) -> None:
         table = ResultsTable.of(d, self.options)

@@ -77,6 +77,7 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
     fig, axes = _axes(len(sweeps))
     used, drawn = [], False
     for ax, d in zip(axes, sweeps, strict=True):
+        bands = []
         for m in d.methods:
             shown = _finite(m.seeds)  # a diverged held-out seed has no whole curve
             if shown.empty:
@@ -88,13 +89,21 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
                                for j in range(values.shape[1])])
             low, high = stats.interval_band(values, options.aggregate, options.confidence)
             style.line(ax, m.label, grid, centre)
-            ax.fill_between(grid, low, high, color=style.colour(m.label), alpha=0.18,
-                            linewidth=0)
+            bands.append((grid, low, high, style.colour(m.label)))
             ax.lines[-1].set_label(f"{captions.name(m)} (n={values.shape[0]})")
             used += shown["run_id"].tolist()
             drawn = True
-        if d.record.metric_directions.get(metric) == "minimize":
-            _log_if_wide(ax, d.history[d.history["key"] == metric]["value"], "y")
+        history = d.history[d.history["key"] == metric]["value"]
+        log = (d.record.metric_directions.get(metric) == "minimize"
+               and stats.wants_log_scale(history))
+        if log:
+            ax.set_yscale("log", nonpositive="mask")
+        positive = pd.to_numeric(history, errors="coerce")
+        floor = float(positive[positive > 0].min()) if log else None
+        for grid, low, high, colour in bands:
+            if log:  # a band reaching 0 or below runs to the plot's floor, not off the axis
+                low, high = np.maximum(low, floor), np.maximum(high, floor)
+            ax.fill_between(grid, low, high, color=colour, alpha=0.18, linewidth=0)
         ax.set_xlabel(UNITS.get(axis, axis))
         ax.set_ylabel(metric)
         ax.set_title(f"{d.name}", fontsize=10)

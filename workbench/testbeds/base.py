@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.budget import Budget, LogFn
-from workbench.families import REQUIRABLE
 from workbench.registry import Method
 from workbench.validation import Strict
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TaskParams(Strict):
@@ -28,6 +28,8 @@ class TaskParams(Strict):
 def cpu_threads(device: torch.device, threads: int | None) -> Iterator[None]:
     """Run the block with ``threads`` torch threads on the CPU (None, or another device: as
     is), restoring the previous count afterwards."""
+    import torch
+
     before = torch.get_num_threads()
     if device.type == "cpu" and threads is not None:
         torch.set_num_threads(threads)
@@ -55,6 +57,8 @@ class Task:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        from workbench.families import REQUIRABLE  # the families import torch: not before
+
         unknown = sorted(cls.provides - REQUIRABLE)
         if unknown:
             raise TypeError(
