@@ -4,7 +4,6 @@ its provenance, then the index, into a staging folder that replaces the target w
 from __future__ import annotations
 
 import functools
-import itertools
 import multiprocessing
 import os
 import shutil
@@ -68,10 +67,15 @@ def render(drawings: list[Callable[[], figures.Drawing | None]],
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return [_save(drawing(), out) for drawing in drawings]
     _DRAWINGS[:] = drawings
+    figures.warm_up()  # fonts loaded once here, inherited by every worker
     try:
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            return list(pool.map(_render_one, range(len(drawings)), itertools.repeat(out)))
+            # last first: the per-sweep figures at the end (a panel per hyperparameter) take
+            # longest, and starting them first leaves no worker with a long tail alone
+            futures = {i: pool.submit(_render_one, i, out)
+                       for i in reversed(range(len(drawings)))}
+            return [futures[i].result() for i in range(len(drawings))]
     finally:
         _DRAWINGS.clear()
 

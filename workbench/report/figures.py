@@ -14,6 +14,7 @@ Every interval is drawn by ``workbench.stats``. No pyplot: no backend, no global
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import Formatter, LogLocator, MaxNLocator, NullFormatter
 
 from workbench import runs, stats
 from workbench.report import captions, folder
@@ -97,7 +98,7 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
         log = (d.record.metric_directions.get(metric) == "minimize"
                and stats.wants_log_scale(history))
         if log:
-            ax.set_yscale("log", nonpositive="mask")
+            _log_axis(ax, "y")
         positive = pd.to_numeric(history, errors="coerce")
         floor = float(positive[positive > 0].min()) if log else None
         for grid, low, high, colour in bands:
@@ -183,7 +184,7 @@ def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
             ax.lines[-1].set_label(f"{captions.name(m)} (n={len(m.seeds)})")
             used += m.seeds["run_id"].tolist()
         if log:
-            ax.set_xscale("log")
+            _log_axis(ax, "x")
         sign = "≤" if d.direction == "minimize" else "≥"
         ax.set_xlabel(f"threshold τ on {d.metric}")
         ax.set_ylabel(f"fraction of runs with score {sign} τ")
@@ -250,7 +251,7 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
             ax.set_xticks(range(len(dist.choices)), [str(c) for c in dist.choices])
         else:
             if getattr(dist, "log", False):
-                ax.set_xscale("log")
+                _log_axis(ax, "x")
                 ax.set_xlim(dist.low / 1.3, dist.high * 1.3)
                 ax.xaxis.set_major_locator(LogLocator(numticks=5))  # labels that do not touch
                 ax.xaxis.set_minor_formatter(NullFormatter())
@@ -325,6 +326,15 @@ def _caption(fig: Figure, title: str, sweeps: list[SweepData],
     fig.tight_layout()  # it leaves room for the suptitle
 
 
+def warm_up() -> None:
+    """Load the fonts and the PNG and PDF writers once (a forked worker then inherits them)."""
+    fig = Figure(figsize=(1, 1))
+    fig.text(0.5, 0.5, "0123456789 warm-up τ ≤ ‡ ⁻³", fontsize=8)
+    fig.text(0.5, 0.2, "warm-up", fontsize=10)
+    for form in ("png", "pdf"):
+        fig.savefig(io.BytesIO(), format=form, dpi=120)
+
+
 def _axes(count: int, width: float = 6.0):
     fig = Figure(figsize=(max(width * count, 8.0), 4.6))
     axes = fig.subplots(1, count, squeeze=False)
@@ -334,4 +344,39 @@ def _axes(count: int, width: float = 6.0):
 def _log_if_wide(ax, values, which: str, nonpositive: str = "mask") -> None:
     """A log scale where ``stats.wants_log_scale`` says so."""
     if stats.wants_log_scale(values):
-        (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive=nonpositive)
+        _log_axis(ax, which, nonpositive)
+
+
+def _log_axis(ax, which: str, nonpositive: str = "mask") -> None:
+    """A log scale on the ``x`` or ``y`` axis, labelled in plain text (``PlainLogLabels``)."""
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log", nonpositive=nonpositive)
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    axis.set_major_formatter(PlainLogLabels())
+    axis.set_minor_formatter(PlainLogLabels(minor=True))
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+class PlainLogLabels(Formatter):
+    """Log-axis tick labels as plain text: ``10⁻³`` at the powers of ten (``1`` and ``10`` for
+    the first two), ``0.02`` between them, which minor ticks show only where the axis spans
+    less than a decade. matplotlib's own labels are mathtext, and parsing each one (pyparsing)
+    took a second of a quickstart report."""
+
+    def __init__(self, minor: bool = False):
+        self.minor = minor
+
+    def __call__(self, x, pos=None) -> str:
+        if not x > 0 or not math.isfinite(x):
+            return ""
+        exponent = round(math.log10(x))
+        if math.isclose(x, 10.0 ** exponent, rel_tol=1e-9):
+            if self.minor:
+                return ""
+            return {0: "1", 1: "10"}.get(exponent, "10" + str(exponent).translate(_SUPERSCRIPT))
+        if self.minor:
+            low, high = sorted(abs(v) for v in self.axis.get_view_interval())
+            if low <= 0 or high / low >= 10:
+                return ""
+        return f"{x:g}"
