@@ -6,7 +6,8 @@ Contract check: ``compute`` gets the inputs its ``requirements`` name among rewa
 values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four groups of two,
 shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
 terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
-truncation) and reward_baselines (8,), float64 and seeded. It returns a pair of finite tensors
+truncation), reward_baselines (8,) and anchor_ids (8, 12; three states, so they recur), float64
+and seeded. It returns a pair of finite tensors
 of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified
 in place); changing rewards, values, next_values, dones and terminated at padded positions
 changes nothing at valid ones (values of the state of a valid step or of the state after one
@@ -46,6 +47,8 @@ REQUIRABLE: Mapping[str, str] = {
                    "the value of the final observation)",
     "reward_baselines": "(B,) float: a per-row baseline reward (ReMax: the reward of the greedy "
                         "answer)",
+    "anchor_ids": "(B, T) long: a key per step, equal where two steps start from the same "
+                  "observed state (GiGPO's anchor states); any value at padding",
 }
 
 #: The properties a method may declare in ``invariants`` for the contract to check.
@@ -103,6 +106,7 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "terminated": terminated,
         "next_values": next_values,
         "reward_baselines": torch.randn(ROWS, generator=gen, dtype=torch.float64),
+        "anchor_ids": torch.randint(0, 3, shape, generator=gen),  # states recur
     }
 
 
@@ -126,6 +130,9 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     for name in ("dones", "terminated"):
         if name in out:
             out[name] = torch.where(padded, ~out[name], out[name])
+    if "anchor_ids" in out:  # padded steps named as the valid steps' states
+        out["anchor_ids"] = torch.where(padded, torch.zeros_like(out["anchor_ids"]),
+                                        out["anchor_ids"])
     return out
 
 
