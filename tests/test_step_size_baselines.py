@@ -1,4 +1,5 @@
-"""The baseline step-size schemes (schedule, adagrad_norm, normalized_lr, adam, sgd_momentum):
+"""The baseline step-size schemes (schedule, adagrad_norm, adam, sgd_momentum; normalized_lr in
+tests/test_normalized_lr.py):
 each against its formula computed by hand, the torch-backed ones against torch number for
 number, and each through the real training loop."""
 
@@ -187,37 +188,6 @@ def test_adagrad_norm_steps_by_hand():
     assert opt.last_step_size < 0.7 / 0.5
 
 
-# ---- normalized_lr ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("divisor, bound, offset", [("gap", 0.5, 0.5), ("loss", 0.5, 0.0)])
-def test_normalized_lr_steps_by_hand(divisor, bound, offset):
-    x, closure = problem()
-    opt = method("normalized_lr", gamma=0.3, divisor=divisor).build(
-        [x], {"loss_lower_bound": bound})
-    xk = X0.clone()
-    for _ in range(3):
-        step = 0.3 / (float(f(xk)) - offset)
-        xk = xk - step * grad(xk)
-        opt.step(closure)
-        assert opt.last_step_size == pytest.approx(step, rel=1e-14)
-        assert torch.allclose(x.detach(), xk, rtol=1e-14, atol=1e-15)
-
-
-def test_normalized_lr_floors_the_divisor_at_epsilon():
-    x, closure = problem()
-    m = method("normalized_lr", gamma=0.3, epsilon=1e-6)
-    opt = m.build([x], {"loss_lower_bound": float(f(X0)) + 1.0})  # gap below 0 at X0
-    opt.step(closure)
-    assert opt.last_step_size == pytest.approx(0.3 / 1e-6) == m.step_size_cap()
-
-
-def test_normalized_lr_refuses_raw_loss_when_the_loss_may_be_negative():
-    x, _ = problem()
-    with pytest.raises(ValueError, match="divisor='gap'"):
-        method("normalized_lr", divisor="loss").build([x], {"loss_lower_bound": -1.0})
-
-
 # ---- adam ---------------------------------------------------------------------------------
 
 
@@ -289,8 +259,7 @@ def test_sgd_momentum_without_momentum_is_plain_sgd_even_with_nesterov():
 # ---- the real loop ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["schedule", "adagrad_norm", "normalized_lr", "adam",
-                                  "sgd_momentum"])
+@pytest.mark.parametrize("name", ["schedule", "adagrad_norm", "adam", "sgd_momentum"])
 def test_each_baseline_runs_through_the_logreg_loop(name):
     logged = []
     out = LogReg().run(

@@ -1,7 +1,7 @@
 """Tyurin (2024), arXiv 2412.08424: on the worst-case separable set of Theorem 5.1, gradient
 descent on the logistic loss with large steps behaves like the perceptron and needs a number
-of steps that grows with n, while Normalized LR+GD (step gamma / f(x)) separates the data in a
-few steps. Measured through `workbench run`, as a user would."""
+of steps that grows with n, while Normalized LR+GD (step lr / mean_i sigma(-y_i <a_i, x>))
+separates the data in a few steps. Measured through `workbench run`, as a user would."""
 
 import json
 
@@ -24,7 +24,7 @@ def steps_to_separate(capsys, method: str, n: int) -> float:
 def test_normalized_lr_separates_in_far_fewer_steps_than_gd_at_large_steps(capsys, n):
     gd = min(steps_to_separate(capsys, f"step_size=constant step_size.lr={lr}", n)
              for lr in (10, 100, 1000, 10000))
-    normalized = steps_to_separate(capsys, "step_size=normalized_lr step_size.gamma=10", n)
+    normalized = steps_to_separate(capsys, "step_size=normalized_lr step_size.lr=10", n)
     assert normalized <= 5
     assert gd >= 5 * normalized, (gd, normalized)
 
@@ -32,7 +32,7 @@ def test_normalized_lr_separates_in_far_fewer_steps_than_gd_at_large_steps(capsy
 def test_gd_steps_grow_with_n_but_normalized_lr_steps_do_not(capsys):
     gd = [steps_to_separate(capsys, "step_size=constant step_size.lr=1000", n)
           for n in (50, 200, 800)]
-    normalized = [steps_to_separate(capsys, "step_size=normalized_lr step_size.gamma=10", n)
+    normalized = [steps_to_separate(capsys, "step_size=normalized_lr step_size.lr=10", n)
                   for n in (50, 200, 800)]
     assert gd[0] < gd[1] < gd[2] and gd[2] >= 3 * gd[0]
     assert max(normalized) <= 5

@@ -1,41 +1,53 @@
-"""Normalized LR+GD: gradient descent whose step is gamma divided by the current loss.
+"""Normalized LR+GD: gradient descent on the logistic loss, its step divided by the mean
+sigmoid weight of the samples.
 
-    gamma_k = gamma / max(f(x_k) - offset, epsilon)
-    x_{k+1} = x_k - gamma_k * grad f(x_k)
+    w_i(theta) = sigma(-y_i <a_i, theta>) = 1 / (1 + exp(y_i <a_i, theta>))
+    beta_t     = 1 / ( (1/n) sum_i w_i(theta_t) )
+    theta_{t+1} = theta_t - lr * beta_t * grad f(theta_t)
+
+with f(theta) = (1/n) sum_i log(1 + exp(-y_i <a_i, theta>)) and ``lr`` the paper's gamma.
+Since grad f = -(1/n) sum_i w_i y_i a_i, the step lr * beta_t * grad f is lr times a convex
+combination of the -y_i a_i, weighted towards the worst-classified samples: the normalized
+batch perceptron as lr -> inf. ``last_step_size`` is lr * beta_t (2 lr at theta = 0).
+
+``margins``: the method needs y_i <a_i, theta> for the samples of the step's (mini)batch at the
+current parameters, which only a binary linear classification task can give; with a
+minibatch, the mean runs over it (the paper's rule is full batch). ``epsilon`` floors the mean
+weight, which tends to 0 as the margins grow, so the step size stays finite:
+``last_step_size`` <= lr / epsilon (``step_size_cap``).
 
 Reference: Tyurin, "From logistic regression to the perceptron algorithm: exploring gradient
-descent with large step sizes", 2024 (arXiv 2412.08424). The paper proposes it for logistic
-regression on separable data, whose loss is positive and tends to 0, so gamma / f(x_k) grows
-as the iterates approach a separating direction. Only the abstract could be read here, not the
-algorithm's statement: the rule above is the one the workbench lead transcribed, not checked
-against the paper's text. Fidelity: reconstructed.
-
-Convention (``divisor``): the paper divides by f(x_k). ``gap`` (default) divides by
-f(x_k) - loss_lower_bound, which is the same on the logistic loss (lower bound 0) and stays
-positive on tasks whose loss may be negative (e.g. the quadratic); ``loss`` divides by f(x_k)
-itself and refuses tasks whose lower bound is negative. ``epsilon`` keeps the divisor away from
-0, so ``last_step_size`` = gamma_k never exceeds gamma / epsilon (``step_size_cap``).
+descent with large step sizes", 2024 (arXiv 2412.08424), Section 6, Normalized LR+GD. No
+reference code: the formula was transcribed from the paper's text (see the project's
+literature catalogue, #75), not checked against an implementation. Fidelity: reconstructed.
+tests/test_normalized_lr.py checks the update by hand and the first block of the paper's
+Table 1 (the worst-case data set of Theorem 5.1, n = 1000, theta_0 = 0) against numpy.
 """
 
 from __future__ import annotations
 
+import torch
+
 from workbench.families import StepSizeMethod
-from workbench.hyperparams import Choice, Float
+from workbench.hyperparams import Float
 from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 
 class NormalizedLRGD(FlatOptimizer):
-    def __init__(self, params, gamma: float, offset: float, epsilon: float):
-        super().__init__(params, {"gamma": gamma, "offset": offset, "epsilon": epsilon})
+    """``margins()`` gives y_i <a_i, theta> of the step's samples at the current parameters."""
+
+    def __init__(self, params, lr: float, epsilon: float, margins):
+        super().__init__(params, {"lr": lr, "epsilon": epsilon})
+        self._margins = margins
 
     def step(self, closure):
         loss = closure()
         group = self.param_groups[0]
-        divisor = max(float(loss) - group["offset"], group["epsilon"])
-        step_size = group["gamma"] / divisor
-        grads = self._grads()
-        self._descend(grads, step_size)
+        with torch.no_grad():
+            weight = float(torch.sigmoid(-self._margins()).mean())
+        step_size = group["lr"] / max(weight, group["epsilon"])
+        self._descend(self._grads(), step_size)
         self.last_step_size = step_size
         return loss
 
@@ -44,28 +56,20 @@ class NormalizedLRGD(FlatOptimizer):
 class NormalizedLR(StepSizeMethod):
     name = "normalized_lr"
     hyperparameters = {
-        "gamma": Float(1.0, low=1e-2, high=1e3, log=True, minimum=0.0, help="step scale gamma"),
-        "divisor": Choice("gap", ("gap", "loss"),
-                          help="gap: f(x) - loss_lower_bound; loss: f(x) (the paper's, f > 0)"),
-        "epsilon": Float(1e-12, minimum=1e-300, help="floor on the divisor"),
+        "lr": Float(1.0, low=1e-2, high=1e3, log=True, minimum=0.0,
+                    help="step scale (the paper's gamma)"),
+        "epsilon": Float(1e-12, minimum=1e-300, help="floor on the mean sigmoid weight"),
     }
-    requires = frozenset({"loss_lower_bound"})
+    requires = frozenset({"margins"})
     reference = Reference(
         "Tyurin, From logistic regression to the perceptron algorithm: exploring gradient "
-        "descent with large step sizes (Normalized LR+GD)",
+        "descent with large step sizes (Normalized LR+GD, Section 6)",
         2024,
     )
     fidelity = "reconstructed"
 
     def step_size_cap(self):
-        return self.hp.gamma / self.hp.epsilon
+        return self.hp.lr / self.hp.epsilon
 
     def build(self, params, info):
-        bound = float(info["loss_lower_bound"])
-        if self.hp.divisor == "loss" and bound < 0:
-            raise ValueError(
-                f"step_size/normalized_lr with divisor='loss' needs a positive loss, but this "
-                f"task's loss_lower_bound is {bound}; use divisor='gap'"
-            )
-        offset = bound if self.hp.divisor == "gap" else 0.0
-        return NormalizedLRGD(params, self.hp.gamma, offset, self.hp.epsilon)
+        return NormalizedLRGD(params, self.hp.lr, self.hp.epsilon, info["margins"])

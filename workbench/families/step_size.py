@@ -47,6 +47,8 @@ REQUIRABLE: Mapping[str, str] = {
                 "(mean return of the episodes finished in the latest rollout, NaN before the "
                 "first) and update (rollout index)",
     "return_upper_bound": "the largest return an episode can have",
+    "margins": "a callable () -> the signed margins y_i <a_i, x> (a 1-D tensor) of the step's "
+               "samples at the current parameters (binary linear classification)",
 }
 
 
@@ -158,9 +160,14 @@ def _quadratic(seed: int = 0):
         norm = math.sqrt(sum(float(torch.sum(g * g)) for g in grads)) or 1.0
         return [c - radius * g / norm for c, g in zip(centre, grads, strict=True)]
 
+    rows = torch.randn(5, dim, generator=gen, dtype=torch.float64)
+
+    def margins():
+        return rows @ torch.cat([p.detach().reshape(-1) for p in params])
+
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
-            "return_upper_bound": 500.0}
+            "return_upper_bound": 500.0, "margins": margins}
     return params, closure, calls, info
 
 

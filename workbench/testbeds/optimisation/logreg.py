@@ -136,6 +136,14 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
         (v,) = variables
         return F.softplus(-yi * (xi @ v)) + 0.5 * params.l2 * (v @ v)
 
+    current: dict = {}
+
+    @torch.no_grad()
+    def margins():
+        idx = current.get("batch")
+        xb, yb = (x, y) if idx is None else (x[idx], y[idx])
+        return yb * (xb @ w)
+
     @torch.no_grad()
     def evaluate():
         margins = y * (x @ w)
@@ -150,8 +158,10 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
         "loss_lower_bound": 0.0,
         "batches_per_epoch": batches_per_epoch(n, params.batch_size),
         "total_steps": total_steps,
+        "margins": margins,
     }
-    return Problem([w], n, batch_loss, evaluate, info, sample_loss=sample_loss, data=(x, y))
+    return Problem([w], n, batch_loss, evaluate, info, sample_loss=sample_loss, data=(x, y),
+                   current=current)
 
 
 class LogReg(Task):
@@ -160,7 +170,7 @@ class LogReg(Task):
                    "worst-case sets, breast cancer, two digits")
     slots = ("step_size", "batch_size")
     default_methods = {"batch_size": "constant"}
-    provides = frozenset({"closure", "loss_lower_bound", "per_sample_grads"})
+    provides = frozenset({"closure", "loss_lower_bound", "per_sample_grads", "margins"})
     Params = LogRegParams
     metrics = {
         "train/loss": "minimize",

@@ -46,6 +46,7 @@ class Problem:
     info: dict[str, Any] = field(default_factory=dict)
     sample_loss: Callable[..., torch.Tensor] | None = None
     data: tuple[torch.Tensor, ...] = ()
+    current: dict[str, Any] = field(default_factory=dict)  # "batch": the step's indices
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ def train(
     metrics = record(0, {"batch/size": float(size or problem.n_samples)})
     for step in range(1, budget.steps + 1):
         batch = batches.next(size)
+        problem.current["batch"] = batch
         used = problem.n_samples if batch is None else len(batch)
         step_stats.clear()
         started = time.perf_counter()
