@@ -17,6 +17,8 @@ SMALL_CONTROL = {"num_envs": 2, "rollout_len": 16, "minibatches": 2, "epochs": 1
 
 # (task, task parameters, methods other than the task's defaults): every loop and every kind
 # of logged name (batch-size diagnostics, an entropy hook's metrics, a value head)
+TINY_AGENT = {"train_instances": 4, "eval_instances": 2, "instances_per_update": 2,
+              "group_size": 2, "max_steps": 8, "hidden": 8}
 RUNS = [
     ("logreg", {}, {"batch_size": ("noise_scale", {})}),
     ("logreg", {"target_metric": "train/accuracy"}, {"batch_size": ("norm_test", {})}),
@@ -29,6 +31,7 @@ RUNS = [
     ("pendulum", SMALL_CONTROL, {}),
     ("rlvr-arith", TINY_RLVR, {"entropy": ("clip_cov", {})}),
     ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
+    ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),
 ]
 
 

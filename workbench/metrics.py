@@ -87,6 +87,13 @@ VOCABULARY: dict[str, Metric] = {
     # -- reinforcement learning (control and RLVR)
     "train/return": Metric("mean undiscounted return of the episodes that ended in the "
                            "update's rollout", "return"),
+    "train/success": Metric("fraction of the update's episodes that reached their goal "
+                            "(agent tasks)", "fraction"),
+    "train/path_ratio": Metric("mean of optimal length / episode length over the update's "
+                               "successful episodes (1: every one took a shortest path)",
+                               "ratio"),
+    "eval/success": Metric("fraction of the held-out instances the greedy policy solves "
+                           "within max_steps (agent tasks)", "fraction"),
     "train/return_recent": Metric("mean return of the last 100 episodes", "return"),
     "train/episode_length": Metric("mean length of the episodes that ended in the rollout",
                                    "steps"),

@@ -1,5 +1,5 @@
-"""The testbeds, one folder each (``optimisation``, ``control``, ``rlvr``), and the task
-registry: tasks by name. The pieces both RL testbeds share sit in ``shared``, the task contract
+"""The testbeds, one folder each (``optimisation``, ``control``, ``rlvr``, ``agent``), and the
+task registry: tasks by name. The pieces both RL testbeds share sit in ``shared``, the task contract
 in ``base``; no testbed imports another's folder.
 
 A task's module is imported the first time its name is looked up, so a logreg sweep (or a spec
@@ -27,6 +27,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "pendulum": ("workbench.testbeds.control.task", "Pendulum"),
     "rlvr-arith": ("workbench.testbeds.rlvr.task", "RLVRArith"),
     "rlvr-countdown": ("workbench.testbeds.rlvr.task", "RLVRCountdown"),
+    "keydoor": ("workbench.testbeds.agent.task", "KeyDoorTask"),
 }
 
 

@@ -1,0 +1,231 @@
+"""The agent testbed's network loop: G rollouts of each of M task instances per update, the
+advantage slot on the (episodes x steps) batch, and clipped policy-gradient steps.
+
+Each update draws M training instances (``seeds.stream(seed, "prompts", update)``) from the
+pool of ``train_instances``, plays each G times to the end (goal or ``max_steps``) with the
+sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
+steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
+``group_ids`` (the instance of each row) and ``anchor_ids`` (each step's observed state).
+The policy is then updated on every played step with the PPO-clip loss
+(``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
+``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
+the end) the greedy policy plays each held-out instance once: ``eval/success``.
+
+Stops at ``budget.steps`` updates, ``budget.samples`` environment steps or
+``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from pydantic import Field
+
+from workbench import seeds
+from workbench.families import (
+    mean_over_steps,
+    minibatch_epochs,
+    observe_rl_stats,
+    open_rl_slots,
+    step_size_taken,
+)
+from workbench.testbeds.agent.keydoor import KeyDoor, Layout
+from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.losses import ppo_clip_loss
+
+if TYPE_CHECKING:
+    from workbench.budget import Budget, LogFn
+
+
+class AgentSettings(Settings):
+    """The loop's knobs."""
+
+    instances_per_update: int = Field(16, ge=1, le=65_536, description="M: task instances "
+                                                                        "per update")
+    group_size: int = Field(8, ge=1, le=1024, description="G: rollouts of each instance")
+    epochs: int = Field(2, ge=1, le=100)
+    minibatches: int = Field(2, ge=1, le=1024)
+    clip: float = Field(0.2, gt=0.0, le=10.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
+                                                                 "evaluations")
+
+
+@dataclass
+class Episodes:
+    """One update's rollouts, (B, T) tensors (T: the longest episode's length)."""
+
+    obs: torch.Tensor  # (B, T, obs_dim)
+    actions: torch.Tensor  # (B, T) long
+    log_probs: torch.Tensor  # (B, T) at sampling
+    rewards: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T) float: 1 where a step was played
+    anchor_ids: torch.Tensor  # (B, T) long
+    entropy: torch.Tensor  # (B, T) the policy's entropy at each step, in nats
+    success: torch.Tensor  # (B,) bool
+    lengths: torch.Tensor  # (B,) long
+
+
+def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None) -> Episodes:
+    """Every row of ``env`` from its start to the end of its episode; actions sampled from
+    ``generator``'s stream, or greedy when it is None."""
+    env.reset()
+    steps: list[tuple] = []
+    success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    with torch.no_grad():
+        while not bool(env.done.all()):
+            obs, anchors = env.observe(), env.anchor_keys()
+            dist = policy.distribution(obs)
+            if generator is None:
+                actions = dist.probs.argmax(dim=1)
+            else:
+                actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
+            moved = env.step(actions)
+            success |= moved.terminated
+            steps.append((obs, actions, dist.log_prob(actions), moved.reward,
+                          moved.active.float(), anchors, dist.entropy()))
+    obs, actions, log_probs, rewards, mask, anchors, entropy = (
+        torch.stack(x, dim=1) for x in zip(*steps, strict=True))
+    return Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
+                    mask.sum(dim=1).long())
+
+
+def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
+          methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
+          budget: Budget, seed: int, log: LogFn, device: torch.device) -> dict[str, Any]:
+    m, g = settings.instances_per_update, settings.group_size
+    per_update = settings.epochs * settings.minibatches
+    total_updates = budget.planned_steps(m * g * max_steps)
+    slots = open_rl_slots(methods, policy.parameters(), updates=total_updates,
+                          per_update=per_update, batch=m * g, samples=budget.samples)
+    if slots.first_batch is not None:  # the batch slot sizes the instances per update
+        m = max(1, slots.first_batch // g)
+    rollouts = seeds.torch_generator(seed, "actions", device=device)
+    order = seeds.torch_generator(seed, "minibatches")
+    evaluation = KeyDoor(eval_layouts, max_steps, device)
+    env_steps, seconds, update, diverged = 0, 0.0, 0, False
+    metrics: dict[str, float] = {}
+    while update < budget.steps:
+        started = time.perf_counter()
+        draw = seeds.numpy_generator(seed, "prompts", update)
+        chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
+        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
+                      instance_ids=[int(i) for i in chosen for _ in range(g)])
+        episodes = play(env, policy, rollouts)
+        played = int(episodes.mask.sum())
+        env_steps += played
+        group_ids = torch.arange(m, device=device).repeat_interleave(g)
+        inputs = {"rewards": episodes.rewards, "mask": episodes.mask, "group_ids": group_ids,
+                  "anchor_ids": episodes.anchor_ids}
+        advantages, _ = slots.advantage.compute(
+            **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
+        entropy = float(episodes.entropy[episodes.mask != 0].mean())
+        coefficient = slots.entropy.coefficient(update, entropy)
+        success = float(episodes.success.float().mean())
+        stats = _update(policy, slots, episodes, advantages, coefficient, settings, update,
+                        success, order)
+        seconds += time.perf_counter() - started
+        update += 1
+        valid = episodes.mask != 0
+        optimal = torch.tensor([train_layouts[i].optimal for i in chosen],
+                               device=device).repeat_interleave(g)
+        won = episodes.success
+        metrics = {
+            **stats,
+            "train/success": success,
+            "train/return": float(episodes.rewards.sum(dim=1).mean()),
+            "train/episode_length": float(episodes.lengths.float().mean()),
+            "train/path_ratio": (float((optimal[won] / episodes.lengths[won]).mean())
+                                 if bool(won.any()) else math.nan),
+            "train/rollout_entropy": entropy,
+            "adv/mean": float(advantages[valid].mean()),
+            "adv/std": float(advantages[valid].std()) if played > 1 else math.nan,
+            "adv/zero_fraction": float((advantages[valid] == 0).float().mean()),
+            "method/entropy_coef": coefficient,
+            "batch/prompts": float(m), "batch/group_size": float(g),
+            "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
+            "cost/updates": float(update), "time/wall_seconds": seconds,
+            "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
+        }
+        if update % settings.eval_every == 0 or update == budget.steps:
+            metrics["eval/success"] = float(play(evaluation, policy, None).success.float()
+                                            .mean())
+        log(update, metrics)
+        if not math.isfinite(stats["train/policy_loss"]):
+            diverged = True
+            break
+        if budget.spent(env_steps, seconds):
+            break
+        wanted = slots.batch.after_step(update, loss=stats["train/policy_loss"],
+                                        grad_sq=stats["train/grad_norm"] ** 2,
+                                        batch_size=m * g, samples=env_steps)
+        if wanted is not None:
+            m = max(1, wanted // g)
+    if "eval/success" not in metrics:
+        metrics["eval/success"] = float(play(evaluation, policy, None).success.float().mean())
+    return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
+            "device": str(device)}
+
+
+def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
+            coefficient: float, settings: AgentSettings, update: int, success: float,
+            order: torch.Generator) -> dict[str, float]:
+    """``epochs`` x ``minibatches`` clipped policy-gradient steps over the played steps."""
+    valid = episodes.mask != 0
+    obs, actions = episodes.obs[valid], episodes.actions[valid]
+    old = episodes.log_probs[valid]
+    adv = advantages[valid].to(old.dtype)
+    per_step: list[dict[str, float]] = []
+    for idx in minibatch_epochs(len(adv), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=order,
+                                device=adv.device):
+        stats: dict[str, float] = {}
+
+        def closure(backward: bool = True, idx=idx, stats=stats):
+            with torch.set_grad_enabled(backward):
+                loss, parts = _loss(policy, obs[idx], actions[idx], old[idx], adv[idx],
+                                    coefficient, slots.entropy, settings.clip)
+            if not backward:
+                return loss.detach()
+            slots.optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            params = [p for p in policy.parameters() if p.grad is not None]
+            norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+                    if settings.max_grad_norm is not None else torch.linalg.vector_norm(
+                        torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
+            if not stats:
+                stats.update(parts, **{"train/grad_norm": float(norm)})
+            return loss.detach()
+
+        slots.optimizer.step(closure)
+        stats["method/step_size"] = step_size_taken(slots.optimizer)
+        observe_rl_stats(slots.optimizer, approx_kl=stats["train/approx_kl"],
+                         episodic_return=success, update=update)
+        per_step.append(stats)
+    return mean_over_steps(per_step)
+
+
+def _loss(policy, obs, actions, old, adv, coefficient, entropy_slot, clip):
+    log_probs, entropy = policy.evaluate(obs, actions)
+    row = (-1, 1)  # the loss and the hook see (B, T) tensors: one row per step, T = 1
+    adjusted = entropy_slot.adjust_policy_loss(
+        log_probs=log_probs.view(row), old_log_probs=old.view(row), advantages=adv.view(row),
+        mask=torch.ones_like(adv).view(row), entropy=entropy.view(row), clip=clip)
+    pg_loss, pg_stats = ppo_clip_loss(
+        log_probs.view(row), old.view(row), adv.view(row), adjusted.mask,
+        clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
+        agg="token-mean", weight=adjusted.weight)
+    entropy_mean = entropy.mean()
+    loss = pg_loss - coefficient * entropy_mean + adjusted.extra_loss
+    with torch.no_grad():
+        parts = {"train/policy_loss": float(pg_loss), "train/entropy": float(entropy_mean),
+                 **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
+                                                        "clip_frac_high", "clip_frac")},
+                 **adjusted.metrics}
+    return loss, parts
