@@ -7,6 +7,7 @@ import functools
 import multiprocessing
 import os
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -61,10 +62,12 @@ def render(drawings: list[Callable[[], figures.Drawing | None]],
     """Draw each figure and save it as PNG and PDF in ``out``: on every CPU this process may
     use, each figure whole in one worker process (forked, so it shares the data read); one by
     one where there is one CPU or no fork. Per drawing, in order: (its file stem, the runs it
-    shows), or None where it has nothing to show."""
+    shows), or None where it has nothing to show. A process running other threads draws one by
+    one too: a forked child would inherit any lock another thread holds."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     workers = min(cpus, len(drawings))
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if (workers < 2 or threading.active_count() > 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
         return [_save(drawing(), out) for drawing in drawings]
     _DRAWINGS[:] = drawings
     figures.warm_up()  # fonts loaded once here, inherited by every worker
