@@ -78,7 +78,7 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
     fig, axes = _axes(len(sweeps))
     used, drawn = [], False
     for ax, d in zip(axes, sweeps, strict=True):
-        bands = []
+        bands, centres = [], []
         for m in d.methods:
             shown = _finite(m.seeds)  # a diverged held-out seed has no whole curve
             if shown.empty:
@@ -91,20 +91,28 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
             low, high = stats.interval_band(values, options.aggregate, options.confidence)
             style.line(ax, m.label, grid, centre)
             bands.append((grid, low, high, style.colour(m.label)))
+            centres.append(centre)
             ax.lines[-1].set_label(f"{captions.name(m)} (n={values.shape[0]})")
             used += shown["run_id"].tolist()
             drawn = True
         history = d.history[d.history["key"] == metric]["value"]
         log = (d.record.metric_directions.get(metric) == "minimize"
                and stats.wants_log_scale(history))
+        floor = None
         if log:
             _log_axis(ax, "y")
-        positive = pd.to_numeric(history, errors="coerce")
-        floor = float(positive[positive > 0].min()) if log else None
+            lines = np.concatenate(centres) if centres else np.array([])
+            lines = lines[np.isfinite(lines) & (lines > 0)]
+            # the axis ends half a step below the lowest curve: a band reaching 0 or below
+            # (an interval of few seeds) runs to it, not off the axis nor down 100 decades
+            floor = float(lines.min()) / 2 if lines.size else None
+        alpha = 0.18 * min(1.0, 4 / max(len(bands), 1))  # many bands stay see-through
         for grid, low, high, colour in bands:
-            if log:  # a band reaching 0 or below runs to the plot's floor, not off the axis
+            if floor is not None:
                 low, high = np.maximum(low, floor), np.maximum(high, floor)
-            ax.fill_between(grid, low, high, color=colour, alpha=0.18, linewidth=0)
+            ax.fill_between(grid, low, high, color=colour, alpha=alpha, linewidth=0)
+        if floor is not None:
+            ax.set_ylim(bottom=floor)
         ax.set_xlabel(UNITS.get(axis, axis))
         ax.set_ylabel(metric)
         ax.set_title(f"{d.name}", fontsize=10)
