@@ -1,0 +1,32 @@
+"""The agent testbed through the real CLI: a sweep of an episode-level and a step-level
+estimator on the key-door task, and its report."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.conftest import ROOT, run_cli
+
+
+def test_agent_sweep_and_report(tmp_path):
+    spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-keydoor.yaml").read_text())
+    spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
+                                  group_size=4, max_steps=12, hidden=16, eval_every=2)
+    spec["methods"]["advantage"] = ["grpo", "gigpo"]
+    spec.update(seeds=2, trials=2, budget={"steps": 4},
+                sampler={"name": "random", "seed": 0})
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    store = f"sqlite:///{tmp_path / 'agent.db'}"
+    out = run_cli("sweep", path, "--storage", store, "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
+    assert done == {"grpo+adam": "2/2", "gigpo+adam": "2/2"}, out.stdout
+    report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
+                     cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    table = (tmp_path / "report" / "table_agent-advantage-keydoor.md").read_text()
+    assert "| grpo+adam" in table and "| gigpo+adam" in table
+    for figure in ("curves_train-success_step", "curves_eval-success_cost-env_steps"):
+        assert (tmp_path / "report" / f"{figure}.png").exists(), figure

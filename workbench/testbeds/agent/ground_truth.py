@@ -1,0 +1,97 @@
+"""The true advantage of a step, against which step-level estimators are measured.
+
+For a fixed policy pi (a function of what a row observes) on one key-door instance with the
+undiscounted return and a ``max_steps`` limit, the advantage of action a in state s after t
+moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
+
+    Q_t(s, a) = r(s, a) + [s' not terminal] V_{t+1}(s'),    V_t(s) = sum_a pi(a | s) Q_t(s, a),
+    V_{max_steps}(s) = 0,
+
+s' the state the move leads to and r = 1 where it reaches the goal.
+
+- ``exact_advantages``: dynamic programming over (moves made, key held, cell), exact for a
+  small instance.
+- ``monte_carlo_advantages``: the protocol that works where no table fits. It restores each
+  sampled state in ``n`` rows (``KeyDoor.set_state``), takes the action and follows pi to the
+  episode's end for Q, and follows pi from the state for V: A = mean(Q) - mean(V) with its
+  standard error sqrt(var(Q)/n + var(V)/n), the two sets independent.
+
+tests/test_agent_ground_truth.py checks that the second recovers the first within its interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, Layout
+
+#: pi: the action probabilities (rows, 4) of every row of ``env`` in its current state
+PolicyProbs = Callable[[KeyDoor], torch.Tensor]
+
+
+def exact_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(V, Q): V[t, key, row, col] and Q[t, key, row, col, action] for t = 0 .. max_steps
+    (Q to max_steps - 1), on the cells the agent can stand on (others are 0)."""
+    n = layout.size
+    cells = [(r, c) for r in range(n) for c in range(n) if not layout.walls[r, c]]
+    states = [(key, r, c) for key in (0, 1) for r, c in cells]
+    env = KeyDoor([layout] * len(states), max_steps)
+    env.set_state(torch.tensor([[r, c, key, 0, 0] for key, r, c in states]))
+    pi = probs_of(env).double().numpy()
+    policy = np.zeros((2, n, n, len(MOVES)))
+    for (key, r, c), p in zip(states, pi, strict=True):
+        policy[key, r, c] = p
+    nxt = {}  # (key, r, c, a) -> (key', r', c', reward, terminal)
+    for key, r, c in states:
+        for a, (dr, dc) in enumerate(MOVES):
+            cell = (r + dr, c + dc)
+            if layout.walls[cell] or (cell == layout.door and not key):
+                cell = (r, c)
+            held = int(key or cell == layout.key)
+            goal = cell == layout.goal
+            nxt[key, r, c, a] = (held, *cell, float(goal), goal)
+    value = np.zeros((max_steps + 1, 2, n, n))
+    q = np.zeros((max_steps, 2, n, n, len(MOVES)))
+    for t in range(max_steps - 1, -1, -1):
+        for key, r, c in states:
+            for a in range(len(MOVES)):
+                held, r2, c2, reward, terminal = nxt[key, r, c, a]
+                q[t, key, r, c, a] = reward + (0.0 if terminal else value[t + 1, held, r2, c2])
+            value[t, key, r, c] = policy[key, r, c] @ q[t, key, r, c]
+    return value, q
+
+
+def monte_carlo_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int,
+                           states: torch.Tensor, actions: torch.Tensor, n: int,
+                           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, standard error), each (K,), for the K ``states`` (``KeyDoor.get_state`` rows of
+    ``layout``, episodes not ended) and ``actions``, from ``n`` continuations each for Q and
+    for V (see the module docstring)."""
+    k = len(states)
+    q_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
+                         actions.repeat_interleave(n), generator).view(k, n)
+    v_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
+                         None, generator).view(k, n)
+    advantage = q_returns.mean(dim=1) - v_returns.mean(dim=1)
+    stderr = torch.sqrt(q_returns.var(dim=1) / n + v_returns.var(dim=1) / n)
+    return advantage, stderr
+
+
+def _returns(layout: Layout, probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
+             first: torch.Tensor | None, generator: torch.Generator) -> torch.Tensor:
+    """The return from each restored state to the episode's end: ``first`` as the first
+    action where given, pi's samples after."""
+    env = KeyDoor([layout] * len(states), max_steps)
+    env.set_state(states)
+    total = torch.zeros(len(states), dtype=torch.float64)
+    with torch.no_grad():
+        if first is not None:
+            total += env.step(first).reward.double()
+        while not bool(env.done.all()):
+            action = torch.multinomial(probs_of(env).float(), 1, generator=generator)
+            total += env.step(action.squeeze(1)).reward.double()
+    return total
