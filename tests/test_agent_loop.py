@@ -20,13 +20,14 @@ def _run(advantage: str, steps: int, seed: int = 0, **params) -> list[dict]:
     return logged
 
 
-@pytest.mark.parametrize("advantage", ["grpo", "gigpo"])
+@pytest.mark.parametrize("advantage", ["grpo", "gigpo", "gae"])  # gae: with a value head
 def test_the_network_loop_learns_to_reach_the_goal(advantage):
     logged = _run(advantage, 40)
     first = logged[0]["train/success"]
     last = sum(m["train/success"] for m in logged[-5:]) / 5
     assert last >= first + 0.25, (first, last)  # measured: about 0.18 -> 0.6
     assert all("eval/success" in m for m in logged[9::10])
+    assert ("train/value_loss" in logged[-1]) == (advantage == "gae")
 
 
 def test_a_seed_reproduces_the_run_and_another_seed_differs():

@@ -32,6 +32,7 @@ RUNS = [
     ("rlvr-arith", TINY_RLVR, {"entropy": ("clip_cov", {})}),
     ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),
+    ("keydoor", TINY_AGENT, {"advantage": ("gae", {})}),
 ]
 
 

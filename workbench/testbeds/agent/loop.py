@@ -53,6 +53,8 @@ class AgentSettings(Settings):
     minibatches: int = Field(2, ge=1, le=1024)
     clip: float = Field(0.2, gt=0.0, le=10.0)
     max_grad_norm: float | None = Field(0.5, gt=0.0)
+    value_coef: float = Field(0.5, ge=0.0, description="weight of the value loss (estimators "
+                                                         "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
 
@@ -70,11 +72,26 @@ class Episodes:
     entropy: torch.Tensor  # (B, T) the policy's entropy at each step, in nats
     success: torch.Tensor  # (B,) bool
     lengths: torch.Tensor  # (B,) long
+    terminated: torch.Tensor  # (B, T) bool: the goal reached at that step
+    dones: torch.Tensor  # (B, T) bool: the episode ended at that step (goal or max_steps)
+    values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
+    next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
+
+    def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
+        inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
+                  "anchor_ids": self.anchor_ids, "dones": self.dones,
+                  "terminated": self.terminated}
+        if self.values is not None:
+            inputs |= {"values": self.values, "next_values": self.next_values}
+        return inputs
 
 
-def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None) -> Episodes:
+def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
+         values: bool = False) -> Episodes:
     """Every row of ``env`` from its start to the end of its episode; actions sampled from
-    ``generator``'s stream, or greedy when it is None."""
+    ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
+    estimates of each state and of the state each step reached."""
     env.reset()
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
@@ -88,12 +105,20 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None) -> Epi
                 actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
             moved = env.step(actions)
             success |= moved.terminated
+            ended = moved.terminated | moved.truncated
+            worth = ((policy.value(obs), policy.value(env.observe())) if values
+                     else (obs.new_zeros(len(obs)),) * 2)
             steps.append((obs, actions, dist.log_prob(actions), moved.reward,
-                          moved.active.float(), anchors, dist.entropy()))
-    obs, actions, log_probs, rewards, mask, anchors, entropy = (
-        torch.stack(x, dim=1) for x in zip(*steps, strict=True))
-    return Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
-                    mask.sum(dim=1).long())
+                          moved.active.float(), anchors, dist.entropy(), moved.terminated,
+                          ended, *worth))
+    (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, now,
+     after) = (torch.stack(x, dim=1) for x in zip(*steps, strict=True))
+    episodes = Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
+                        mask.sum(dim=1).long(), terminated, dones)
+    if values:
+        episodes.values = torch.cat([now, after[:, -1:]], dim=1)
+        episodes.next_values = after
+    return episodes
 
 
 def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
@@ -109,6 +134,7 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
     rollouts = seeds.torch_generator(seed, "actions", device=device)
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = KeyDoor(eval_layouts, max_steps, device)
+    critic = policy.critic is not None
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
@@ -117,19 +143,18 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
         env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
                       instance_ids=[int(i) for i in chosen for _ in range(g)])
-        episodes = play(env, policy, rollouts)
+        episodes = play(env, policy, rollouts, values=critic)
         played = int(episodes.mask.sum())
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
-        inputs = {"rewards": episodes.rewards, "mask": episodes.mask, "group_ids": group_ids,
-                  "anchor_ids": episodes.anchor_ids}
-        advantages, _ = slots.advantage.compute(
+        inputs = episodes.advantage_inputs(group_ids)
+        advantages, returns = slots.advantage.compute(
             **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())
-        stats = _update(policy, slots, episodes, advantages, coefficient, settings, update,
-                        success, order)
+        stats = _update(policy, slots, episodes, advantages, returns if critic else None,
+                        coefficient, settings, update, success, order)
         seconds += time.perf_counter() - started
         update += 1
         valid = episodes.mask != 0
@@ -174,13 +199,15 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
 
 
 def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
-            coefficient: float, settings: AgentSettings, update: int, success: float,
-            order: torch.Generator) -> dict[str, float]:
-    """``epochs`` x ``minibatches`` clipped policy-gradient steps over the played steps."""
+            returns: torch.Tensor | None, coefficient: float, settings: AgentSettings,
+            update: int, success: float, order: torch.Generator) -> dict[str, float]:
+    """``epochs`` x ``minibatches`` clipped policy-gradient steps over the played steps (with
+    ``returns``: the value head regressed on them too)."""
     valid = episodes.mask != 0
     obs, actions = episodes.obs[valid], episodes.actions[valid]
     old = episodes.log_probs[valid]
     adv = advantages[valid].to(old.dtype)
+    targets = None if returns is None else returns[valid].to(old.dtype)
     per_step: list[dict[str, float]] = []
     for idx in minibatch_epochs(len(adv), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=order,
@@ -191,6 +218,10 @@ def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
             with torch.set_grad_enabled(backward):
                 loss, parts = _loss(policy, obs[idx], actions[idx], old[idx], adv[idx],
                                     coefficient, slots.entropy, settings.clip)
+                if targets is not None:
+                    value_loss = 0.5 * ((policy.value(obs[idx]) - targets[idx]) ** 2).mean()
+                    loss = loss + settings.value_coef * value_loss
+                    parts["train/value_loss"] = float(value_loss.detach())
             if not backward:
                 return loss.detach()
             slots.optimizer.zero_grad(set_to_none=False)

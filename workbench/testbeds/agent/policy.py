@@ -1,5 +1,6 @@
-"""The agent testbed's small policy network: an MLP from the grid observation to the logits of
-the four moves (no value head: the step-level estimators are critic-free)."""
+"""The agent testbed's small networks: the policy, an MLP from the grid observation to the
+logits of the four moves, and, for the estimators that need one (GAE), a separate value MLP
+of the same shape (the step-level group estimators are critic-free)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,26 @@ import torch
 from torch import nn
 
 
+def _mlp(inputs: int, outputs: int, hidden: int, layers: int) -> nn.Sequential:
+    parts: list[nn.Module] = []
+    width = inputs
+    for _ in range(layers):
+        parts += [nn.Linear(width, hidden), nn.Tanh()]
+        width = hidden
+    parts.append(nn.Linear(width, outputs))
+    return nn.Sequential(*parts)
+
+
 class Policy(nn.Module):
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int, layers: int):
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int, layers: int,
+                 critic: bool = False):
         super().__init__()
-        parts: list[nn.Module] = []
-        width = obs_dim
-        for _ in range(layers):
-            parts += [nn.Linear(width, hidden), nn.Tanh()]
-            width = hidden
-        parts.append(nn.Linear(width, n_actions))
-        self.net = nn.Sequential(*parts)
+        self.net = _mlp(obs_dim, n_actions, hidden, layers)
+        self.critic = _mlp(obs_dim, 1, hidden, layers) if critic else None
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N,) the value head's estimate of each observation's return."""
+        return self.critic(obs).squeeze(-1)
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=self.net(obs))

@@ -17,8 +17,10 @@ from workbench.testbeds.agent.loop import AgentSettings, train
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
-# the advantage slot's inputs this loop gives (no critic: no values)
-ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids"})
+# the advantage slot's inputs this loop gives (``loop.Episodes.advantage_inputs``); values and
+# next_values come from a value head the policy gets when the advantage method reads them
+ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
+                              "terminated", "values", "next_values"})
 
 
 class KeyDoorParams(TaskParams, AgentSettings):
@@ -47,7 +49,8 @@ class KeyDoorTask(Task):
     metrics = {"eval/success": "maximize", "train/success": "maximize",
                "train/return": "maximize", "train/path_ratio": "maximize",
                "train/episode_length": "minimize", "train/entropy": "maximize",
-               "train/policy_loss": "minimize", "train/approx_kl": "minimize",
+               "train/policy_loss": "minimize", "train/value_loss": "minimize",
+               "train/approx_kl": "minimize",
                "train/clip_frac": "minimize", "train/grad_norm": "minimize",
                "adv/std": "minimize", "adv/zero_fraction": "minimize",
                "method/step_size": "maximize", "method/entropy_coef": "minimize",
@@ -63,9 +66,12 @@ class KeyDoorTask(Task):
                                      params.obstacle_density)
                             for i in range(params.eval_instances)]
             obs_dim = KeyDoor(train_layouts[:1], params.max_steps).obs_dim
+            advantage = methods["advantage"]
+            critic = bool({"values", "next_values"}
+                          & set(advantage.requirements(advantage.params)))
             with torch.random.fork_rng(devices=[]):  # default init draws from the global RNG
                 torch.manual_seed(seeds.int_seed(seed, "init"))
-                policy = Policy(obs_dim, len(MOVES), params.hidden, params.layers)
+                policy = Policy(obs_dim, len(MOVES), params.hidden, params.layers, critic)
             policy = policy.to(device)
             return train(train_layouts, eval_layouts, policy, methods,
                          AgentSettings.from_flat(params), max_steps=params.max_steps,
