@@ -1,4 +1,5 @@
-"""Step-level advantage estimators against numbers derived from their reference code.
+"""Step-level advantage estimators against numbers derived from their reference code (GiGPO,
+HGPO).
 
 GiGPO: the expected advantages below come from running verl-agent's ``gigpo/core_gigpo.py``
 functions (``episode_norm_reward``, ``build_step_group``, ``step_norm_reward``,
@@ -93,3 +94,60 @@ def test_gigpo_step_weight_zero_is_the_episode_advantage_alone():
     expected = base.new_tensor([7 / 9, -13 / 18, 5 / 18, 3 / 7, -4 / 7, 2.0])
     assert torch.allclose(base[:, 0], expected, atol=1e-12)
     assert torch.equal(base, base[:, :1] * MASK)  # one number per episode
+
+
+# (mode, base_group, history, gamma, alpha) -> advantages derived from verl-agent's recipe/hgpo
+# (hgpo_advantage_estimate, run on the same episodes one row per step as its batches are)
+FROM_HGPO_RECIPE = {
+    ("mean_std_norm", False, 2, 0.5, 2.0): [
+        [0.707104, 1.127448, 0.000000, 0.000000],
+        [-1.414207, -0.909877, -0.707105, 0.000000],
+        [0.707104, 0.000000, 0.000000, 0.000000],
+        [0.999984, 0.999992, 1.224739, 0.000000],
+        [-0.999984, -1.069145, 0.000000, 0.000000],
+        [0.000000, 0.000000, 0.000000, 0.000000]],
+    ("mean_std_norm", True, 1, 0.95, 1.0): [
+        [1.060875, 1.153467, 1.092381, 0.000000],
+        [-1.236557, -0.904760, -0.809522, -1.014354],
+        [0.331736, 0.390136, 0.000000, 0.000000],
+        [0.933926, 0.850986, 0.774426, 0.801781],
+        [-1.023012, -1.149112, -1.069042, 0.000000],
+        [1.999996, 0.000000, 0.000000, 0.000000]],
+    ("mean_norm", False, 1, 0.95, 1.0): [
+        [0.601666, 0.821667, 0.000000, 0.000000],
+        [-0.775833, -0.628333, -0.483333, 0.000000],
+        [0.174167, 0.000000, 0.000000, 0.000000],
+        [0.428687, 0.384750, 0.332500, 0.000000],
+        [-0.428687, -0.517750, 0.000000, 0.000000],
+        [0.000000, 0.000000, 0.000000, 0.000000]],
+    ("mean_norm", True, 2, 0.5, 2.0): [
+        [0.288889, 0.567460, 0.777777, 0.000000],
+        [-0.411111, -0.468254, -0.411111, -0.722221],
+        [0.188889, 0.277778, 0.000000, 0.000000],
+        [0.135714, 0.155357, 0.285714, 0.428571],
+        [-0.164286, -0.192602, -0.571428, 0.000000],
+        [1.999998, 0.000000, 0.000000, 0.000000]],
+}
+
+
+def _hgpo(**params):
+    return registry.get("advantage", "hgpo")(**params)
+
+
+@pytest.mark.parametrize("case", sorted(FROM_HGPO_RECIPE))
+def test_hgpo_matches_its_reference_code(case):
+    mode, base, history, gamma, alpha = case
+    method = _hgpo(mode=mode, base_group=base, history=history, gamma=gamma, alpha=alpha)
+    advantages, returns = method.compute(rewards=REWARDS, mask=MASK, group_ids=GROUPS,
+                                         anchor_ids=ANCHORS)
+    expected = torch.tensor(FROM_HGPO_RECIPE[case], dtype=torch.float64)
+    assert torch.allclose(advantages, expected, atol=2e-6), advantages - expected
+    assert torch.equal(returns, advantages)
+
+
+def test_hgpo_on_the_current_state_alone_is_gigpos_step_advantage():
+    hgpo = _hgpo(mode="mean_norm", history=0, gamma=0.9).compute(
+        rewards=REWARDS, mask=MASK, group_ids=GROUPS, anchor_ids=ANCHORS)[0]
+    both, episode = (_gigpo(mode="mean_norm", gamma=0.9, step_weight=w).compute(
+        rewards=REWARDS, mask=MASK, group_ids=GROUPS, anchor_ids=ANCHORS)[0] for w in (1.0, 0.0))
+    assert torch.allclose(hgpo * (1 + 1e-6), both - episode, atol=1e-12)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from methods.advantage._outcome import masked
+from methods.advantage._steps import discounted_returns, episode_advantages, group_normalise
 from workbench.families import AdvantageMethod
 from workbench.hyperparams import Choice, Float
 from workbench.registry import Reference, register
@@ -68,53 +69,15 @@ class GiGPO(AdvantageMethod):
         with torch.no_grad():
             ok = (mask != 0).to(rewards.device)
             r = masked(rewards, mask)
-            scores = r.sum(dim=1)
-            if self.hp.episode_stats == "steps":  # each episode once per valid step
-                members = group_ids[:, None].expand_as(ok)[ok]
-                values = scores[:, None].expand_as(ok)[ok]
-            else:  # each episode (with a valid step) once
-                played = ok.any(dim=1)
-                members, values = group_ids[played], scores[played]
-            episode = self._normalise(scores, group_ids, members, values, singleton_mean=0.0)
+            divide = self.hp.mode == "mean_std_norm"
+            episode = episode_advantages(r.sum(dim=1), ok, group_ids,
+                                         across_steps=self.hp.episode_stats == "steps",
+                                         divide=divide, epsilon=self.hp.epsilon)
             returns = discounted_returns(r, ok, self.hp.gamma)
             keys = torch.stack([group_ids[:, None].expand_as(ok)[ok], anchor_ids[ok]], dim=1)
             step = torch.zeros_like(returns)
-            step[ok] = self._normalise(returns[ok], keys, keys, returns[ok],
-                                       singleton_mean=None)
+            step[ok] = group_normalise(returns[ok], keys, keys, returns[ok],
+                                       singleton_mean=None, divide=divide,
+                                       epsilon=self.hp.epsilon)
             advantages = (episode[:, None] + self.hp.step_weight * step) * ok
         return advantages, advantages.clone()
-
-    def _normalise(self, x, x_keys, member_keys, member_values, singleton_mean):
-        """x minus the mean of the members that share its key (divided by their unbiased std
-        plus epsilon in ``mean_std_norm``). A key with one member has std 1 and mean
-        ``singleton_mean`` (None: that member's value)."""
-        dim = 0 if member_keys.dim() == 2 else None  # rows of (group, anchor) pairs
-        found, inverse = torch.unique(torch.cat([member_keys, x_keys]), dim=dim,
-                                      return_inverse=True)
-        of_member, of_x = inverse[: len(member_keys)], inverse[len(member_keys):]
-        count = torch.zeros(len(found), dtype=x.dtype, device=x.device).index_add_(
-            0, of_member, torch.ones_like(member_values))
-        total = torch.zeros_like(count).index_add_(0, of_member, member_values)
-        mean = total / count.clamp(min=1)
-        spread = torch.zeros_like(count).index_add_(
-            0, of_member, (member_values - mean[of_member]) ** 2)
-        std = torch.sqrt(spread / (count - 1).clamp(min=1))
-        single = count == 1
-        if singleton_mean is not None:
-            mean = torch.where(single, torch.full_like(mean, singleton_mean), mean)
-        std = torch.where(single, torch.ones_like(std), std)
-        centred = x - mean[of_x]
-        if self.hp.mode == "mean_std_norm":
-            centred = centred / (std[of_x] + self.hp.epsilon)
-        return centred
-
-
-def discounted_returns(rewards: torch.Tensor, ok: torch.Tensor, gamma: float) -> torch.Tensor:
-    """(B, T): sum over k >= t of gamma^(k - t) r_k along each row's valid steps (0 at
-    padding); rewards already 0 at padding."""
-    out = torch.zeros_like(rewards)
-    running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
-    for t in range(rewards.shape[1] - 1, -1, -1):
-        running = torch.where(ok[:, t], rewards[:, t] + gamma * running, running)
-        out[:, t] = torch.where(ok[:, t], running, torch.zeros_like(running))
-    return out
