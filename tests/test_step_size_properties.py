@@ -23,7 +23,7 @@ from workbench.hyperparams import Choice
 
 STEPS = 15
 PROVIDED = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
-                      "loss_lower_bound", "smoothness", "lmo"})
+                      "loss_lower_bound", "smoothness", "lmo", "margins"})
 
 
 def value(hp):
@@ -45,7 +45,8 @@ def value(hp):
 
 def quadratic(seed, dim, f_star):
     """x, closure and info for f(x) = 1/2 (x - x*)^T A (x - x*) + f_star, float64; the ``lmo``
-    is that of a Euclidean ball holding x_0 (argmin_{|s| <= r} <g, s> = -r g / |g|)."""
+    is that of a Euclidean ball holding x_0 (argmin_{|s| <= r} <g, s> = -r g / |g|); the
+    ``margins`` those of five fixed examples."""
     gen = torch.Generator().manual_seed(seed)
     q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
     eigenvalues = 0.05 + 0.95 * torch.rand(dim, generator=gen, dtype=torch.float64)
@@ -73,8 +74,14 @@ def quadratic(seed, dim, f_star):
         norm = math.sqrt(sum(float(g @ g) for g in grads)) or 1.0
         return [-radius * g / norm for g in grads]
 
+    rows = torch.randn(5, dim, generator=gen, dtype=torch.float64)
+
+    def margins():  # signed margins of five fixed examples at x (normalized_lr's input)
+        return rows @ x.detach()
+
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
-            "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo}
+            "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
+            "margins": margins}
     return x, closure, info
 
 
