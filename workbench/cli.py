@@ -525,6 +525,27 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_credit(args) -> int:
+    from workbench.credit import plan as credit_plan
+
+    plan = credit_plan.load(args.spec)
+    from workbench import engine, report
+
+    device = engine.resolve_device(args.device)
+    out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
+    try:
+        report.replaceable(out)
+    except report.ReportError as err:
+        raise UsageError(f"--out: {err}") from None
+    from workbench.credit.entry import run as run_credit
+
+    written = run_credit(plan, out, device)
+    print(f"{len(written)} files in {out}:")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
 # ----------------------------------------------------------------------------------- parser
 
 
@@ -616,6 +637,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-superseded", action="store_true",
                    help="also show the studies that a later version of the sweep replaced")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("credit", help="Monte Carlo ground truth for step-level advantages: "
+                                      "every estimator against Q - V on sampled steps of a "
+                                      "fixed checkpoint, by G and N (figure, table, provenance)")
+    p.add_argument("spec", help="credit spec (YAML), e.g. reports/credit-keydoor.yaml")
+    p.add_argument("--out", help="output folder (default reports/out/NAME)")
+    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.set_defaults(func=cmd_credit)
     return parser
 
 

@@ -16,12 +16,16 @@ s' the state the move leads to and r = 1 where it reaches the goal.
   episode's end for Q, and follows pi from the state for V: A = mean(Q) - mean(V) with its
   standard error sqrt(var(Q)/n + var(V)/n), the two sets independent.
 
+- ``continuation_returns``: the returns behind it, (K, n) for Q and for V, for states of many
+  instances at once (each state with its own layout and instance id), so a caller can average
+  the first N <= n of them for several N.
+
 tests/test_agent_ground_truth.py checks that the second recovers the first within its interval.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -71,27 +75,46 @@ def monte_carlo_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
     """(A, standard error), each (K,), for the K ``states`` (``KeyDoor.get_state`` rows of
     ``layout``, episodes not ended) and ``actions``, from ``n`` continuations each for Q and
     for V (see the module docstring)."""
-    k = len(states)
-    q_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
-                         actions.repeat_interleave(n), generator).view(k, n)
-    v_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
-                         None, generator).view(k, n)
+    q_returns, v_returns = continuation_returns([layout] * len(states), probs_of, max_steps,
+                                                states, actions, n, generator)
     advantage = q_returns.mean(dim=1) - v_returns.mean(dim=1)
     stderr = torch.sqrt(q_returns.var(dim=1) / n + v_returns.var(dim=1) / n)
     return advantage, stderr
 
 
-def _returns(layout: Layout, probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
-             first: torch.Tensor | None, generator: torch.Generator) -> torch.Tensor:
+def continuation_returns(layouts: Sequence[Layout], probs_of: PolicyProbs, max_steps: int,
+                         states: torch.Tensor, actions: torch.Tensor, n: int,
+                         generator: torch.Generator, instance_ids: Sequence[int] | None = None,
+                         device: str | torch.device = "cpu"
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q returns, V returns), each (K, n) float64: for state k (of ``layouts[k]``, named
+    ``instance_ids[k]`` in the environment ``probs_of`` sees), ``n`` returns to the episode's
+    end after taking ``actions[k]`` and ``n`` after following pi from the state; all 2 K n
+    continuations are stepped as one batch."""
+    k = len(states)
+    rows = [layout for layout in layouts for _ in range(n)]
+    ids = None if instance_ids is None else [i for i in instance_ids for _ in range(n)]
+    repeated = states.repeat_interleave(n, dim=0)
+    q_returns = _returns(rows, ids, probs_of, max_steps, repeated,
+                         actions.repeat_interleave(n), generator, device).view(k, n)
+    v_returns = _returns(rows, ids, probs_of, max_steps, repeated, None, generator,
+                         device).view(k, n)
+    return q_returns, v_returns
+
+
+def _returns(layouts: Sequence[Layout], instance_ids: Sequence[int] | None,
+             probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
+             first: torch.Tensor | None, generator: torch.Generator,
+             device: str | torch.device = "cpu") -> torch.Tensor:
     """The return from each restored state to the episode's end: ``first`` as the first
     action where given, pi's samples after."""
-    env = KeyDoor([layout] * len(states), max_steps)
+    env = KeyDoor(layouts, max_steps, device, instance_ids=instance_ids)
     env.set_state(states)
-    total = torch.zeros(len(states), dtype=torch.float64)
+    total = torch.zeros(len(states), dtype=torch.float64, device=env.device)
     with torch.no_grad():
         if first is not None:
             total += env.step(first).reward.double()
         while not bool(env.done.all()):
             action = torch.multinomial(probs_of(env).float(), 1, generator=generator)
             total += env.step(action.squeeze(1)).reward.double()
-    return total
+    return total.cpu()

@@ -1,0 +1,243 @@
+"""`workbench credit`: the Monte Carlo ground-truth study of step advantages
+(workbench/credit/). A tiny spec runs end to end and writes a figure, a table and provenance
+with sane values; its Monte Carlo advantages recover the exact ones (dynamic programming,
+``ground_truth.exact_advantages``); the checkpoint is the policy `workbench run keydoor` trains;
+bad specs stop with one message and exit 2, writing nothing."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from scipy import stats as scipy_stats
+
+from workbench import cli, seeds
+from workbench.credit import measures
+from workbench.credit import plan as credit_plan
+from workbench.credit.checkpoint import (
+    held_out,
+    probability_table,
+    table_policy,
+    train_checkpoint,
+)
+from workbench.credit.sampling import sample_group
+from workbench.testbeds import Budget
+from workbench.testbeds.agent.ground_truth import exact_advantages
+from workbench.testbeds.agent.keydoor import KeyDoor
+from workbench.testbeds.agent.task import KeyDoorTask
+
+TINY_TASK = {"name": "keydoor", "params": {
+    "size": 5, "max_steps": 20, "hidden": 16, "train_instances": 8, "eval_instances": 2,
+    "instances_per_update": 4, "group_size": 4, "epochs": 1, "minibatches": 1}}
+TINY = {
+    "name": "tiny-credit",
+    "task": TINY_TASK,
+    "checkpoint": {"methods": {"advantage": "grpo"}, "updates": 2, "seed": 3},
+    "estimators": ["grpo", "rloo", "gigpo",
+                   {"name": "gigpo", "label": "gigpo-std", "fixed": {"mode": "mean_std_norm"}}],
+    "group_sizes": [2, 8],
+    "continuations": [4, 8],
+    "instances": 8,
+    "steps_per_instance": 3,
+    "resamples": 100,
+}
+CPU = torch.device("cpu")
+
+
+def _write(tmp_path, document, name="credit.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _rows(folder):
+    with (folder / "table.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp_path, capsys):
+    spec_path = _write(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert cli.main(["credit", str(spec_path), "--out", str(out), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert str(out / "figure.png") in printed and str(out / "table.csv") in printed
+    names = {p.name for p in out.iterdir()}
+    assert names == {"figure.png", "figure.pdf", "figure.json", "table.csv", "table.md",
+                     "table.json", "provenance.json"}
+    assert (out / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    rows = _rows(out)
+    labels = ["grpo", "rloo", "gigpo", "gigpo-std"]
+    assert sorted((r["estimator"], int(r["G"]), int(r["N"])) for r in rows) == sorted(
+        (e, g, n) for e in labels for g in (2, 8) for n in (4, 8))
+    correlated = 0
+    for row in rows:
+        assert int(row["steps"]) == 8 * 3 and int(row["instances"]) == 8
+        for metric in measures.METRICS:
+            point, low, high = (float(row[metric + end] or "nan") for end in ("", "_low",
+                                                                              "_high"))
+            if metric == "spearman" and math.isnan(point):
+                # an estimator that gave every sampled step one value (GRPO where every
+                # group's rollouts ended alike): no rank correlation, and no interval
+                assert math.isnan(low) and math.isnan(high)
+                continue
+            assert low <= point <= high, (row["estimator"], row["G"], row["N"], metric)
+        if row["spearman"]:
+            assert -1.0 <= float(row["spearman"]) <= 1.0
+            correlated += 1
+        assert 0.0 <= float(row["sign_agreement"]) <= 1.0
+        assert float(row["variance"]) >= 0.0 and float(row["mc_se"]) > 0.0
+    assert correlated >= len(rows) // 2
+    # one step's MC advantage does not depend on the estimator: rows of one (G, N) share it
+    by_cell = {}
+    for row in rows:
+        by_cell.setdefault((row["G"], row["N"]), set()).add(row["mc_se"])
+    assert all(len(v) == 1 for v in by_cell.values())
+    # more continuations, a smaller standard error of the same steps' MC advantage
+    for g in ("2", "8"):
+        assert float(by_cell[(g, "8")].pop()) < float(by_cell[(g, "4")].pop())
+
+    markdown = (out / "table.md").read_text().splitlines()
+    assert len(markdown) == 2 + len(rows) and "Spearman" in markdown[0]
+
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["spec"]["sha256"] == hashlib.sha256(spec_path.read_bytes()).hexdigest()
+    assert record["spec"]["checked"]["group_sizes"] == [2, 8]
+    assert len(record["code"]["git.commit"]) == 40 and record["code"]["modules"]
+    modules = record["code"]["modules"]  # every module the study imports, hashed
+    assert {"workbench.credit.sampling", "methods.advantage.gigpo",
+            "workbench.testbeds.agent.ground_truth"} <= set(modules)
+    assert record["libraries"]["torch"] == torch.__version__
+    assert record["seeds"]["study"] == 0 and record["checkpoint"]["seed"] == 3
+    assert record["checkpoint"]["methods"]["advantage"]["name"] == "grpo"
+    assert record["estimators"]["gigpo-std"]["params"]["mode"] == "mean_std_norm"
+    beside = json.loads((out / "table.json").read_text())
+    assert beside["spec_sha256"] == record["spec"]["sha256"]
+
+    # the same spec gives the same table (every draw from a named stream)
+    again = tmp_path / "again"
+    assert cli.main(["credit", str(spec_path), "--out", str(again), "--device", "cpu"]) == 0
+    assert (again / "table.csv").read_text() == (out / "table.csv").read_text()
+
+
+def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path):
+    """The study's path to A_MC (steps sampled from rollouts, states read back from their
+    observations, continuations of several instances in one batch from the policy's table)
+    against dynamic programming with the network itself as the policy."""
+    document = {**TINY, "checkpoint": {"updates": 0, "seed": 1}, "estimators": ["grpo"],
+                "group_sizes": [3], "continuations": [4000], "instances": 3,
+                "steps_per_instance": 5}
+    document["task"] = {"name": "keydoor", "params": {**TINY_TASK["params"], "max_steps": 8}}
+    plan = credit_plan.check(document, "test")
+    policy = train_checkpoint(plan, CPU).policy
+    layouts = held_out(plan)
+    table = probability_table(policy, layouts, CPU)
+    sample = sample_group(plan, policy, layouts, table, 3, CPU)
+
+    def probs_of(env):
+        with torch.no_grad():
+            return policy.distribution(env.observe()).probs
+
+    checked, largest = 0, 0.0
+    for i, layout in enumerate(layouts):
+        value, q = exact_advantages(layout, probs_of, 8)
+        for (r, c, key, t, done), a, estimate, se in zip(
+                sample.states[i], sample.actions[i], sample.monte_carlo[4000][i],
+                sample.standard_error[4000][i], strict=True):
+            assert done == 0 and 0 <= t < 8
+            exact = q[t, key, r, c, a] - value[t, key, r, c]
+            assert abs(estimate - exact) <= 4 * se + 1e-9, (i, r, c, key, t, a, exact, estimate)
+            checked += 1
+            largest = max(largest, abs(exact))
+    assert checked == 15 and largest > 0.01  # advantages worth recovering
+    # the table the continuations use is the network's own probabilities
+    env_probs = table_policy(table)
+    env = KeyDoor(layouts, 8, instance_ids=[0, 1, 2])
+    assert torch.allclose(env_probs(env), probs_of(env), atol=1e-6)
+
+
+def test_the_checkpoint_is_the_policy_workbench_run_trains():
+    plan = credit_plan.check(TINY, "test")
+    trained = train_checkpoint(plan, CPU).metrics
+    params = plan.task_params
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seeds.int_seed(3, "global"))
+        ran = KeyDoorTask().run(params, plan.checkpoint_methods, seed=3, device=CPU,
+                                budget=Budget(steps=2), log=lambda step, values: None)
+    same = {k for k in ran if not k.startswith("time/")}
+    assert {k: trained[k] for k in same} == {k: ran[k] for k in same}
+    assert trained["steps"] == 2
+
+
+def test_the_measures_agree_with_their_definitions():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2, 3, size=(6, 4)).astype(float)  # ties
+    y = x + rng.normal(size=(6, 4))
+    found = measures.measure(x, y, 0.9, 400, np.random.default_rng(1))
+    rho = scipy_stats.spearmanr(x.ravel(), y.ravel()).statistic
+    assert found["spearman"][0] == pytest.approx(rho, abs=1e-12)
+    assert found["bias"][0] == pytest.approx(np.mean(x - y))
+    assert found["variance"][0] == pytest.approx(np.var(x - y, ddof=1))
+    assert found["sign_agreement"][0] == pytest.approx(np.mean(np.sign(x) == np.sign(y)))
+    for point, low, high in found.values():
+        assert low <= point <= high and low < high
+    ranks = measures.average_ranks(np.array([[3.0, 1.0, 3.0, 2.0]]))
+    assert ranks.tolist() == [[3.5, 1.0, 3.5, 2.0]]
+    flat = measures.measure(np.zeros((4, 2)), y[:4, :2], 0.9, 100, np.random.default_rng(2))
+    assert math.isnan(flat["spearman"][0])  # no credit at all: no rank correlation
+    assert flat["sign_agreement"][0] == 0.0
+
+
+BAD = [
+    ({"estimators": ["grpoo"]}, "estimators[0]", "did you mean 'grpo'?"),
+    ({"estimators": ["grpo", "gae"]}, "estimators[1]", "value head"),
+    ({"group_sizes": [0, 4]}, "group_sizes", "[1, 1024]"),
+    ({"continuations": [8, 8]}, "continuations", "distinct"),
+    ({"instance": 4}, "instance", "did you mean 'instances'?"),
+    ({"task": {"name": "keydoor", "params": {"sizee": 5}}}, "task.params.sizee", "allowed"),
+    ({"task": {"name": "cartpole"}}, "task.name", "allowed: keydoor"),
+    ({"checkpoint": {"methods": {"advantage": {"name": "grpo", "fixed": {"nope": 1}}}}},
+     "checkpoint.methods.advantage.fixed.nope", "allowed"),
+    ({"checkpoint": {"updates": -1}}, "checkpoint.updates", "greater than or equal to 0"),
+    ({"instances": 100_000, "continuations": [100_000]}, "continuations", "at most"),
+]
+
+
+@pytest.mark.parametrize("change, key, allowed", BAD, ids=[b[1] for b in BAD])
+def test_a_bad_spec_exits_2_naming_the_file_and_key_and_writes_nothing(tmp_path, capsys,
+                                                                        change, key, allowed):
+    spec_path = _write(tmp_path, {**TINY, **change})
+    out = tmp_path / "out"
+    assert cli.main(["credit", str(spec_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(spec_path) in err and key in err and allowed in err, err
+    assert "Traceback" not in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["credit.yaml"]
+
+
+def test_every_problem_at_once_and_a_folder_that_is_not_a_report_is_kept(tmp_path, capsys):
+    spec_path = _write(tmp_path, {**TINY, "estimators": ["grpoo", "gae"], "instance": 2})
+    assert cli.main(["credit", str(spec_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "estimators[0]" in err and "instance" in err
+    good = _write(tmp_path, TINY, "good.yaml")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert cli.main(["credit", str(good), "--out", str(mine)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_the_command_is_listed_and_the_shipped_spec_checks():
+    assert "credit" in cli.build_parser().format_help()
+    from tests.conftest import ROOT
+
+    shipped = credit_plan.load(ROOT / "reports" / "credit-keydoor.yaml")
+    assert shipped.name == "credit-keydoor" and len(shipped.estimators) >= 5

@@ -1,0 +1,138 @@
+"""``workbench credit SPEC``: a Monte Carlo ground-truth study of step-level credit
+assignment, from the spec to the written figure, table and provenance.
+
+For the checkpoint (``checkpoint``), for each G (``sampling``): rollouts, every estimator's
+advantages, sampled steps and their Monte Carlo advantages for every N; for each (estimator,
+G, N) the agreement measures with bootstrap intervals (``measures``, resamples from
+``stream(seed, "rollouts", G, 3, N)``, shared by the estimators); then the outputs
+(``outputs``), built in a hidden folder beside the target and renamed into place
+(``report.folder``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbench import fingerprint, runs, seeds
+from workbench.credit import measures, outputs
+from workbench.credit.checkpoint import held_out, probability_table, train_checkpoint
+from workbench.credit.plan import CreditPlan
+from workbench.credit.sampling import sample_group
+from workbench.report import folder as report_folder
+
+LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "pydantic")
+
+
+def run(plan: CreditPlan, out: Path, device: torch.device,
+        say: Callable[[str], None] = print) -> list[Path]:
+    """Run the study and write its outputs to ``out`` (replaced whole); the files written."""
+    target = report_folder.replaceable(out)
+    started = time.perf_counter()
+    checkpoint = train_checkpoint(plan, device)
+    trained = time.perf_counter() - started
+    shown = _checkpoint_label(plan)
+    say(f"checkpoint: {shown} in {trained:.1f} s"
+        + (f" (training success {checkpoint.metrics['train/success']:.2f}, held-out greedy "
+           f"success {checkpoint.metrics['eval/success']:.2f})" if checkpoint.metrics else ""))
+    layouts = held_out(plan)
+    table = probability_table(checkpoint.policy, layouts, device)
+    s, rows, per_group = plan.spec, [], {}
+    for g in s.group_sizes:
+        begun = time.perf_counter()
+        sample = sample_group(plan, checkpoint.policy, layouts, table, g, device)
+        for n in s.continuations:
+            truth = sample.monte_carlo[n]
+            mc_se = float(np.sqrt(np.mean(sample.standard_error[n] ** 2)))
+            for estimator in plan.estimators:
+                rng = seeds.numpy_generator(s.seed, "rollouts", g, 3, n)  # same per estimator
+                found = measures.measure(sample.estimates[estimator.label], truth,
+                                         s.confidence, s.resamples, rng)
+                row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
+                       "steps": truth.size, "mc_se": mc_se, "rollout_success": sample.success}
+                for metric, (point, low, high) in found.items():
+                    row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
+                rows.append(row)
+        per_group[g] = {"played_steps": sample.played, "rollout_success": sample.success,
+                        "seconds": round(time.perf_counter() - begun, 3)}
+        say(f"G = {g}: {sample.played} steps played, {truth.size} sampled, "
+            f"{2 * max(s.continuations) * truth.size} continuations "
+            f"({time.perf_counter() - begun:.1f} s)")
+    record = _provenance(plan, checkpoint.metrics, device, per_group,
+                         {"checkpoint": round(trained, 3),
+                          "total": round(time.perf_counter() - started, 3)})
+    building = report_folder.staging(target)
+    building.mkdir(parents=True)
+    files = outputs.write_figure(building, outputs.figure(plan, rows, shown))
+    files += outputs.write_table(building, rows)
+    files += outputs.write_provenance(building, record, {
+        outputs.FIGURE: "each measure against G, a line per estimator, a row of panels per N",
+        outputs.TABLE: "every (estimator, G, N): the measures with their bootstrap intervals"})
+    report_folder.move_into_place(building, target)
+    return [target / f.name for f in files]
+
+
+def _checkpoint_label(plan: CreditPlan) -> str:
+    c = plan.spec.checkpoint
+    if c.updates == 0:
+        return f"the initial policy (seed {c.seed})"
+    advantage = plan.checkpoint_methods["advantage"]
+    return f"{advantage.name}, {c.updates} updates, seed {c.seed}"
+
+
+def _provenance(plan: CreditPlan, metrics: dict, device: torch.device, per_group: dict,
+                seconds: dict) -> dict:
+    s = plan.spec
+    roots = ["workbench.credit.entry", *{type(m).__module__ for m in
+                                         plan.checkpoint_methods.values()},
+             *{type(e.method).__module__ for e in plan.estimators}]
+    modules, _ = fingerprint.code_hashes(roots)
+    tags = runs.provenance()
+    spec_text = Path(plan.source).read_bytes() if Path(plan.source).is_file() else b""
+    return {
+        "created": outputs.now(),
+        "spec": {"path": plan.source, "sha256": hashlib.sha256(spec_text).hexdigest(),
+                 "checked": plan.document},
+        "code": {"git.commit": tags["git.commit"], "git.dirty": tags["git.dirty"],
+                 "modules_sha256": fingerprint.digest(modules), "modules": modules},
+        "libraries": {"python": tags["python"], **{name: _version(name)
+                                                   for name in LIBRARIES}},
+        "device": str(device), "host": tags["host"],
+        "checkpoint": {
+            "methods": {slot: {"name": m.name, "params": m.params}
+                        for slot, m in plan.checkpoint_methods.items()},
+            "updates": s.checkpoint.updates, "seed": s.checkpoint.seed,
+            "value_head": plan.critic,
+            "final_metrics": {k: v for k, v in metrics.items()
+                              if isinstance(v, int | float | bool | str)}},
+        "estimators": {e.label: {"name": e.method.name, "params": e.method.params,
+                                 "fidelity": type(e.method).fidelity}
+                       for e in plan.estimators},
+        "seeds": {"checkpoint": f"the run seed {s.checkpoint.seed} (streams init, actions, "
+                                f"minibatches, prompts as `workbench run`)",
+                  "study": s.seed,
+                  "streams": {"rollouts of G": "stream(seed, 'rollouts', G, 0)",
+                              "sampled steps": "stream(seed, 'rollouts', G, 1)",
+                              "continuations": "stream(seed, 'rollouts', G, 2)",
+                              "bootstrap of (G, N)": "stream(seed, 'rollouts', G, 3, N)"},
+                  "instances": f"held-out split 1, indices 0..{s.instances - 1} under "
+                               f"instance_seed {plan.task_params.instance_seed}"},
+        "statistics": {"interval": "percentile bootstrap over instances (each instance's "
+                                   "sampled steps resampled together)",
+                       "confidence": s.confidence, "resamples": s.resamples,
+                       "measures": measures.METRICS, "zero": measures.ZERO},
+        "groups": per_group, "seconds": seconds,
+    }
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

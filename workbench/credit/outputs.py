@@ -1,0 +1,134 @@
+"""What a credit study writes, in the report's style: the figure (``figure.png``, ``.pdf``),
+the table (``table.csv``, ``table.md``), a ``.json`` beside each naming what it shows, and
+``provenance.json`` (the spec and its hash, the code's commit and content hash, library
+versions, the streams, the checkpoint, the statistics settings, the time)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from workbench.credit.measures import METRICS, ZERO
+from workbench.credit.plan import CreditPlan
+from workbench.report.figures import Style
+
+FIGURE, TABLE = "figure", "table"
+COLUMNS = ["estimator", "G", "N", "instances", "steps", *(f"{m}{end}" for m in METRICS
+                                                          for end in ("", "_low", "_high")),
+           "mc_se", "rollout_success"]
+
+
+def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
+    """Each metric against G (one panel per metric, one row of panels per N), a line per
+    estimator with its bootstrap interval as a band."""
+    s = plan.spec
+    labels = [e.label for e in plan.estimators]
+    style = Style(labels)
+    fig = Figure(figsize=(4.3 * len(METRICS), 3.1 * len(s.continuations) + 0.6))
+    axes = fig.subplots(len(s.continuations), len(METRICS), squeeze=False)
+    for r, n in enumerate(s.continuations):
+        for c, metric in enumerate(METRICS):
+            ax = axes[r, c]
+            for label in labels:
+                mine = sorted((row for row in rows if row["estimator"] == label
+                               and row["N"] == n), key=lambda row: row["G"])
+                g = np.array([row["G"] for row in mine], dtype=float)
+                style.line(ax, label, g, [row[metric] for row in mine], markevery=1)
+                ax.fill_between(g, [row[f"{metric}_low"] for row in mine],
+                                [row[f"{metric}_high"] for row in mine],
+                                color=style.colour(label), alpha=0.12, linewidth=0)
+            if metric in ("spearman", "bias"):
+                ax.axhline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+            if metric == "sign_agreement":
+                ax.set_ylim(-0.02, 1.02)
+            if len(s.group_sizes) > 1 and max(s.group_sizes) >= 4 * min(s.group_sizes):
+                ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_locator(FixedLocator(s.group_sizes))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([str(g) for g in s.group_sizes])
+            ax.set_title(f"{METRICS[metric]}, N = {n}", fontsize=9)
+            if r == len(s.continuations) - 1:
+                ax.set_xlabel("G (rollouts per instance)")
+            ax.grid(alpha=0.3)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(labels), 6), fontsize=8,
+               frameon=False)
+    caption = (f"{plan.name}: each estimator's step advantages against the Monte Carlo "
+               f"advantage A_MC = Q − V (N continuations each for Q and V from the restored "
+               f"state) on {s.steps_per_instance} sampled steps of each of {s.instances} "
+               f"held-out {plan.spec.task.name} instances, for the checkpoint {checkpoint}. "
+               f"Bands: {s.confidence:.0%} percentile bootstrap over instances "
+               f"({s.resamples} resamples). Bias and variance are in each estimator's own "
+               f"units; signs within {ZERO:g} of 0 count as 0.")
+    width = max(60, int(fig.get_figwidth() * 15))
+    fig.suptitle(textwrap.fill(caption, width), fontsize=8, ha="left", x=0.01)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def write_table(folder: Path, rows: list[dict]) -> list[Path]:
+    csv_path, md_path = folder / f"{TABLE}.csv", folder / f"{TABLE}.md"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _plain(row[k]) for k in COLUMNS})
+    head = ["estimator", "G", "N", *(METRICS[m] for m in METRICS), "MC s.e.", "steps"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["estimator"], str(row["G"]), str(row["N"]),
+                 *(_with_interval(row, m) for m in METRICS), _number(row["mc_se"]),
+                 str(row["steps"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    md_path.write_text("\n".join(lines) + "\n")
+    return [csv_path, md_path]
+
+
+def write_figure(folder: Path, fig: Figure) -> list[Path]:
+    paths = [folder / f"{FIGURE}.png", folder / f"{FIGURE}.pdf"]
+    for path in paths:
+        fig.savefig(path, dpi=130)
+    return paths
+
+
+def write_provenance(folder: Path, record: dict, artifacts: dict[str, str]) -> list[Path]:
+    """``provenance.json`` and, beside each artifact stem, a ``.json`` saying what it shows."""
+    written = []
+    for stem, shows in artifacts.items():
+        path = folder / f"{stem}.json"
+        path.write_text(json.dumps({"artifact": stem, "shows": shows,
+                                    "created": record["created"],
+                                    "spec_sha256": record["spec"]["sha256"],
+                                    "git_commit": record["code"]["git.commit"],
+                                    "provenance": "provenance.json"}, indent=1))
+        written.append(path)
+    path = folder / "provenance.json"
+    path.write_text(json.dumps(record, indent=1, default=str))
+    return [*written, path]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _with_interval(row: dict, metric: str) -> str:
+    low, high = row[f"{metric}_low"], row[f"{metric}_high"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return _number(row[metric])
+    return f"{_number(row[metric])} [{_number(low)}, {_number(high)}]"
+
+
+def _number(value: float) -> str:
+    return "—" if not math.isfinite(value) else f"{value:.3g}"
+
+
+def _plain(value):
+    return "" if isinstance(value, float) and math.isnan(value) else value

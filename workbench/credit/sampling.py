@@ -1,0 +1,107 @@
+"""One group size G of a credit study: G rollouts of every held-out instance with the
+checkpoint, every estimator's advantages on them, sampled steps, and each sampled step's Monte
+Carlo advantage for every N.
+
+1. The checkpoint plays each of the I instances G times (``loop.play``, actions from
+   ``stream(seed, "rollouts", G, 0)``), and every estimator gets the loop's inputs
+   (``Episodes.advantage_inputs``, group = instance) through the advantage family's caller
+   side: ``method.compute(**inputs it requires)``.
+2. From each instance's played steps, K (``steps_per_instance``) are drawn uniformly without
+   replacement (with replacement only where the instance played fewer than K steps), from
+   ``stream(seed, "rollouts", G, 1)``.
+3. Each drawn step's state (cell, key held, moves made: read from its observation and its
+   position in the episode) is restored in 2 x max(N) rows (``ground_truth.continuation_
+   returns``, actions from ``stream(seed, "rollouts", G, 2)``): max(N) continuations take the
+   step's action, max(N) follow pi. For each N, the first N of each give
+   A_MC = mean(Q returns) - mean(V returns) and its standard error (the N are nested, so the
+   estimates for different N share their draws).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workbench import seeds
+from workbench.credit.checkpoint import table_policy
+from workbench.credit.plan import CreditPlan
+from workbench.testbeds.agent.ground_truth import continuation_returns
+from workbench.testbeds.agent.keydoor import CHANNELS, KeyDoor, Layout
+from workbench.testbeds.agent.loop import play
+from workbench.testbeds.agent.policy import Policy
+
+
+@dataclass
+class GroupSample:
+    """The K sampled steps of each of I instances for one G, as (I, K) arrays."""
+
+    group_size: int
+    estimates: dict[str, np.ndarray]  # estimator label -> its advantage of each step
+    monte_carlo: dict[int, np.ndarray]  # N -> A_MC of each step
+    standard_error: dict[int, np.ndarray]  # N -> A_MC's standard error
+    states: np.ndarray  # (I, K, 5): KeyDoor.get_state of each step
+    actions: np.ndarray  # (I, K)
+    played: int  # steps played by the I x G rollouts
+    success: float  # the rollouts' success rate
+
+
+def sample_group(plan: CreditPlan, policy: Policy, layouts: list[Layout], table: torch.Tensor,
+                 group_size: int, device: torch.device) -> GroupSample:
+    s, g, count = plan.spec, group_size, len(layouts)
+    max_steps = plan.task_params.max_steps
+    env = KeyDoor([layout for layout in layouts for _ in range(g)], max_steps, device,
+                  instance_ids=[i for i in range(count) for _ in range(g)])
+    episodes = play(env, policy, seeds.torch_generator(s.seed, "rollouts", g, 0, device=device),
+                    values=plan.critic)
+    inputs = episodes.advantage_inputs(torch.arange(count, device=device).repeat_interleave(g))
+    advantages = {}
+    for estimator in plan.estimators:
+        needs = estimator.method.requirements(estimator.method.params)
+        out, _ = estimator.method.compute(**{k: v for k, v in inputs.items() if k in needs})
+        advantages[estimator.label] = out.detach().double().cpu()
+
+    rows, steps = _draw_steps(episodes.mask.cpu().numpy() != 0, count, g,
+                              s.steps_per_instance, seeds.numpy_generator(s.seed, "rollouts",
+                                                                          g, 1))
+    rows_t, steps_t = torch.as_tensor(rows), torch.as_tensor(steps)
+    obs = episodes.obs.cpu()[rows_t, steps_t]
+    cells = layouts[0].size ** 2
+    agent = CHANNELS.index("agent")
+    where = obs[:, agent * cells:(agent + 1) * cells].argmax(dim=1)
+    size = layouts[0].size
+    states = torch.stack([where // size, where % size, obs[:, -1].round().long(), steps_t,
+                          torch.zeros_like(steps_t)], dim=1)
+    actions = episodes.actions.cpu()[rows_t, steps_t]
+    instance = rows // g
+    n = max(s.continuations)
+    q, v = continuation_returns([layouts[i] for i in instance], table_policy(table), max_steps,
+                                states, actions, n,
+                                seeds.torch_generator(s.seed, "rollouts", g, 2, device=device),
+                                instance_ids=instance.tolist(), device=device)
+    shape = (count, s.steps_per_instance)
+    monte_carlo, standard_error = {}, {}
+    for k in s.continuations:
+        qk, vk = q[:, :k], v[:, :k]
+        monte_carlo[k] = (qk.mean(dim=1) - vk.mean(dim=1)).numpy().reshape(shape)
+        standard_error[k] = torch.sqrt(qk.var(dim=1) / k + vk.var(dim=1) / k).numpy() \
+            .reshape(shape)
+    return GroupSample(
+        g, {label: a[rows_t, steps_t].numpy().reshape(shape) for label, a in advantages.items()},
+        monte_carlo, standard_error, states.numpy().reshape(*shape, 5),
+        actions.numpy().reshape(shape), int(episodes.mask.sum()),
+        float(episodes.success.float().mean()))
+
+
+def _draw_steps(valid: np.ndarray, count: int, g: int, k: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(row, step) of K played steps of each instance (rows i G .. (i + 1) G - 1), instance by
+    instance: uniformly without replacement, with replacement where fewer than K were played."""
+    rows, steps = [], []
+    for i in range(count):
+        r, t = np.nonzero(valid[i * g:(i + 1) * g])
+        picks = rng.choice(len(r), size=k, replace=len(r) < k)
+        rows.append(r[picks] + i * g)
+        steps.append(t[picks])
+    return np.concatenate(rows), np.concatenate(steps)
