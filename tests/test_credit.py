@@ -82,16 +82,18 @@ def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp
         for metric in measures.METRICS:
             point, low, high = (float(row[metric + end] or "nan") for end in ("", "_low",
                                                                               "_high"))
-            if metric == "spearman" and math.isnan(point):
+            if metric in ("spearman", "sign_agreement") and math.isnan(point):
                 # an estimator that gave every sampled step one value (GRPO where every
                 # group's rollouts ended alike): no rank correlation, and no interval
+                # (and no sign to agree with where every A_MC is 0)
                 assert math.isnan(low) and math.isnan(high)
                 continue
             assert low <= point <= high, (row["estimator"], row["G"], row["N"], metric)
         if row["spearman"]:
             assert -1.0 <= float(row["spearman"]) <= 1.0
             correlated += 1
-        assert 0.0 <= float(row["sign_agreement"]) <= 1.0
+        assert 0.0 <= float(row["sign_agreement"] or 0.5) <= 1.0
+        assert 0.0 <= float(row["zero_share"]) <= 1.0
         assert float(row["variance"]) >= 0.0 and float(row["mc_se"]) > 0.0
     assert correlated >= len(rows) // 2
     # one step's MC advantage does not depend on the estimator: rows of one (G, N) share it
@@ -184,7 +186,13 @@ def test_the_measures_agree_with_their_definitions():
     assert found["spearman"][0] == pytest.approx(rho, abs=1e-12)
     assert found["bias"][0] == pytest.approx(np.mean(x - y))
     assert found["variance"][0] == pytest.approx(np.var(x - y, ddof=1))
-    assert found["sign_agreement"][0] == pytest.approx(np.mean(np.sign(x) == np.sign(y)))
+    moved = y != 0
+    assert found["sign_agreement"][0] == pytest.approx(
+        np.mean(np.sign(x)[moved] == np.sign(y)[moved]))
+    # steps where A_MC is 0 have no sign to agree with; an Â of 0 is a miss elsewhere
+    agreement = measures.sign_agreement(np.array([[0.0, 1.0, -2.0, 0.0, 3.0]]),
+                                        np.array([[0.0, 0.5, 1.0, 2.0, 0.0]]))
+    assert agreement.tolist() == [1 / 3]
     for point, low, high in found.values():
         assert low <= point <= high and low < high
     ranks = measures.average_ranks(np.array([[3.0, 1.0, 3.0, 2.0]]))

@@ -54,8 +54,12 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
                 rng = seeds.numpy_generator(s.seed, "rollouts", g, 3, n)  # same per estimator
                 found = measures.measure(sample.estimates[estimator.label], truth,
                                          s.confidence, s.resamples, rng)
+                estimate = sample.estimates[estimator.label]
                 row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
-                       "steps": truth.size, "mc_se": mc_se, "rollout_success": sample.success}
+                       "steps": truth.size, "mc_se": mc_se,
+                       "zero_share": measures.zero_share(estimate),
+                       "mc_zero_share": measures.zero_share(truth),
+                       "rollout_success": sample.success}
                 for metric, (point, low, high) in found.items():
                     row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
                 rows.append(row)

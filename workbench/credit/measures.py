@@ -9,9 +9,11 @@ For the S = I x K sampled steps (K per instance, I instances):
 - ``variance``: the variance (n - 1) of Â - A_MC over the steps: the estimator's error spread,
   which includes A_MC's own noise (the table's ``mc_se``, its root mean square standard error,
   says how much of it that is);
-- ``sign_agreement``: the fraction of steps where sign(Â) = sign(A_MC), values within
-  ``ZERO`` of 0 counting as a sign of their own (an estimator that gives a step no credit
-  agrees only where the MC advantage is 0 too).
+- ``sign_agreement``: among the steps whose A_MC is not 0 (farther than ``ZERO`` from it: the
+  action made a difference the continuations saw), the fraction where Â has the same sign; an
+  Â of 0 (no credit) counts as a miss. Steps with A_MC = 0 have no direction to get right and
+  are left out (at small N many are: every continuation failed); the table gives both shares
+  of zeros (``zero_share`` of Â, ``mc_zero_share`` of A_MC).
 
 Bias and variance are in the estimator's own units (a method that divides by a group's
 standard deviation is not on A_MC's scale); rank correlation and sign agreement are not.
@@ -33,7 +35,7 @@ METRICS = {
     "spearman": "Spearman rank correlation with A_MC",
     "bias": "bias: mean(Â − A_MC)",
     "variance": "variance of Â − A_MC",
-    "sign_agreement": "sign agreement with A_MC",
+    "sign_agreement": "sign agreement where A_MC ≠ 0",
 }
 
 
@@ -101,7 +103,15 @@ def variance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def sign_agreement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return (_sign(x) == _sign(y)).mean(axis=1)
+    moved = np.abs(y) > ZERO
+    agree = (_sign(x) == _sign(y)) & moved
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return agree.sum(axis=1) / moved.sum(axis=1)
+
+
+def zero_share(x: np.ndarray) -> float:
+    """The fraction of values within ``ZERO`` of 0."""
+    return float(np.mean(np.abs(x) <= ZERO))
 
 
 def _sign(x: np.ndarray) -> np.ndarray:

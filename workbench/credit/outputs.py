@@ -23,7 +23,7 @@ from workbench.report.figures import Style
 FIGURE, TABLE = "figure", "table"
 COLUMNS = ["estimator", "G", "N", "instances", "steps", *(f"{m}{end}" for m in METRICS
                                                           for end in ("", "_low", "_high")),
-           "mc_se", "rollout_success"]
+           "mc_se", "zero_share", "mc_zero_share", "rollout_success"]
 
 
 def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
@@ -34,6 +34,12 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
     style = Style(labels)
     fig = Figure(figsize=(4.3 * len(METRICS), 3.1 * len(s.continuations) + 0.6))
     axes = fig.subplots(len(s.continuations), len(METRICS), squeeze=False)
+    log = len(s.group_sizes) > 1 and max(s.group_sizes) >= 4 * min(s.group_sizes)
+    gap = min(np.diff(np.log2(s.group_sizes) if log else s.group_sizes), default=1.0)
+    # estimators that agree (GRPO, RLOO and Dr. GRPO rank steps alike) would hide each other:
+    # each is drawn a little to the side of the true G, within a fifth of the closest gap
+    dodge = {label: (i - (len(labels) - 1) / 2) * 0.2 * gap / max(len(labels) - 1, 1)
+             for i, label in enumerate(labels)}
     for r, n in enumerate(s.continuations):
         for c, metric in enumerate(METRICS):
             ax = axes[r, c]
@@ -41,6 +47,7 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                 mine = sorted((row for row in rows if row["estimator"] == label
                                and row["N"] == n), key=lambda row: row["G"])
                 g = np.array([row["G"] for row in mine], dtype=float)
+                g = g * 2.0 ** dodge[label] if log else g + dodge[label]
                 style.line(ax, label, g, [row[metric] for row in mine], markevery=1)
                 ax.fill_between(g, [row[f"{metric}_low"] for row in mine],
                                 [row[f"{metric}_high"] for row in mine],
@@ -49,7 +56,7 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                 ax.axhline(0.0, color="0.5", linewidth=0.8, linestyle="--")
             if metric == "sign_agreement":
                 ax.set_ylim(-0.02, 1.02)
-            if len(s.group_sizes) > 1 and max(s.group_sizes) >= 4 * min(s.group_sizes):
+            if log:
                 ax.set_xscale("log", base=2)
             ax.xaxis.set_major_locator(FixedLocator(s.group_sizes))
             ax.xaxis.set_minor_locator(NullLocator())
@@ -66,8 +73,10 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                f"state) on {s.steps_per_instance} sampled steps of each of {s.instances} "
                f"held-out {plan.spec.task.name} instances, for the checkpoint {checkpoint}. "
                f"Bands: {s.confidence:.0%} percentile bootstrap over instances "
-               f"({s.resamples} resamples). Bias and variance are in each estimator's own "
-               f"units; signs within {ZERO:g} of 0 count as 0.")
+               f"({s.resamples} resamples); each estimator is drawn slightly to the side of "
+               f"its G so that equal values stay visible. Bias and variance are in each "
+               f"estimator's own units. Sign agreement: over the steps whose A_MC is not 0, "
+               f"Â's sign the same (Â = 0 a miss; |value| ≤ {ZERO:g} counts as 0).")
     width = max(60, int(fig.get_figwidth() * 15))
     fig.suptitle(textwrap.fill(caption, width), fontsize=8, ha="left", x=0.01)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -81,11 +90,13 @@ def write_table(folder: Path, rows: list[dict]) -> list[Path]:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _plain(row[k]) for k in COLUMNS})
-    head = ["estimator", "G", "N", *(METRICS[m] for m in METRICS), "MC s.e.", "steps"]
+    head = ["estimator", "G", "N", *(METRICS[m] for m in METRICS), "Â = 0", "A_MC = 0",
+            "MC s.e.", "steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["estimator"], str(row["G"]), str(row["N"]),
-                 *(_with_interval(row, m) for m in METRICS), _number(row["mc_se"]),
+                 *(_with_interval(row, m) for m in METRICS), _number(row["zero_share"]),
+                 _number(row["mc_zero_share"]), _number(row["mc_se"]),
                  str(row["steps"])]
         lines.append("| " + " | ".join(cells) + " |")
     md_path.write_text("\n".join(lines) + "\n")
