@@ -249,3 +249,20 @@ def test_the_command_is_listed_and_the_shipped_spec_checks():
 
     shipped = credit_plan.load(ROOT / "reports" / "credit-keydoor.yaml")
     assert shipped.name == "credit-keydoor" and len(shipped.estimators) >= 5
+
+
+def test_a_checkpoint_with_a_value_head_lets_gae_be_measured():
+    """The checkpoint gets a value head where its advantage method reads values; GAE then
+    reads the head's values of the study's rollouts (a GRPO checkpoint refuses it: BAD)."""
+    document = {**TINY, "checkpoint": {"methods": {"advantage": "gae"}, "updates": 1},
+                "estimators": ["gae", "grpo"], "group_sizes": [3], "instances": 3}
+    plan = credit_plan.check(document, "test")
+    assert plan.critic
+    checkpoint = train_checkpoint(plan, CPU)
+    assert checkpoint.policy.critic is not None
+    layouts = held_out(plan)
+    sample = sample_group(plan, checkpoint.policy, layouts,
+                          probability_table(checkpoint.policy, layouts, CPU), 3, CPU)
+    gae = sample.estimates["gae"]
+    assert gae.shape == (3, 3) and np.isfinite(gae).all()
+    assert (np.abs(gae) > measures.ZERO).all()  # values make every step's credit its own

@@ -20,7 +20,9 @@ from workbench.validation import SpecError, Strict, shorten, validate
 
 TASKS = ("keydoor",)  # the testbeds whose states can be saved and restored for continuations
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
-MAX_CONTINUATION_ROWS = 50_000_000  # instances x steps x 2 x max(continuations), per G
+# instances x steps x 2 x max(continuations): the rows stepped at once for one G (each
+# holds its instance's grid; a million take about ten seconds on a 2-core CPU)
+MAX_CONTINUATION_ROWS = 8_000_000
 
 
 class MethodPick(Strict):
