@@ -24,7 +24,7 @@ from workbench import fingerprint, runs, seeds
 from workbench.credit import measures, outputs
 from workbench.credit.checkpoint import held_out, probability_table, train_checkpoint
 from workbench.credit.plan import CreditPlan
-from workbench.credit.sampling import sample_group
+from workbench.credit.sampling import GroupSample, sample_group
 from workbench.report import folder as report_folder
 
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "pydantic")
@@ -47,26 +47,12 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
     for g in s.group_sizes:
         begun = time.perf_counter()
         sample = sample_group(plan, checkpoint.policy, layouts, table, g, device)
-        for n in s.continuations:
-            truth = sample.monte_carlo[n]
-            mc_se = float(np.sqrt(np.mean(sample.standard_error[n] ** 2)))
-            for estimator in plan.estimators:
-                rng = seeds.numpy_generator(s.seed, "rollouts", g, 3, n)  # same per estimator
-                found = measures.measure(sample.estimates[estimator.label], truth,
-                                         s.confidence, s.resamples, rng)
-                estimate = sample.estimates[estimator.label]
-                row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
-                       "steps": truth.size, "mc_se": mc_se,
-                       "zero_share": measures.zero_share(estimate),
-                       "mc_zero_share": measures.zero_share(truth),
-                       "rollout_success": sample.success}
-                for metric, (point, low, high) in found.items():
-                    row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
-                rows.append(row)
+        rows += _rows(plan, sample)
         per_group[g] = {"played_steps": sample.played, "rollout_success": sample.success,
                         "seconds": round(time.perf_counter() - begun, 3)}
-        say(f"G = {g}: {sample.played} steps played, {truth.size} sampled, "
-            f"{2 * max(s.continuations) * truth.size} continuations "
+        sampled = s.instances * s.steps_per_instance
+        say(f"G = {g}: {sample.played} steps played, {sampled} sampled, "
+            f"{2 * max(s.continuations) * sampled} continuations "
             f"({time.perf_counter() - begun:.1f} s)")
     record = _provenance(plan, checkpoint.metrics, device, per_group,
                          {"checkpoint": round(trained, 3),
@@ -80,6 +66,27 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
         outputs.TABLE: "every (estimator, G, N): the measures with their bootstrap intervals"})
     report_folder.move_into_place(building, target)
     return [target / f.name for f in files]
+
+
+def _rows(plan: CreditPlan, sample: GroupSample) -> list[dict]:
+    """A table row per (N, estimator) of one G: the measures with their intervals."""
+    s, g, rows = plan.spec, sample.group_size, []
+    for n in s.continuations:
+        truth = sample.monte_carlo[n]
+        mc_se = float(np.sqrt(np.mean(sample.standard_error[n] ** 2)))
+        for estimator in plan.estimators:
+            estimate = sample.estimates[estimator.label]
+            rng = seeds.numpy_generator(s.seed, "rollouts", g, 3, n)  # same per estimator
+            found = measures.measure(estimate, truth, s.confidence, s.resamples, rng)
+            row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
+                   "steps": truth.size, "mc_se": mc_se,
+                   "zero_share": measures.zero_share(estimate),
+                   "mc_zero_share": measures.zero_share(truth),
+                   "rollout_success": sample.success}
+            for metric, (point, low, high) in found.items():
+                row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
+            rows.append(row)
+    return rows
 
 
 def _checkpoint_label(plan: CreditPlan) -> str:

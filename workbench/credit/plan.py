@@ -18,7 +18,6 @@ from pydantic import Field, field_validator
 from workbench import registry, spec
 from workbench.validation import SpecError, Strict, shorten, validate
 
-TASKS = ("keydoor",)  # the testbeds whose states can be saved and restored for continuations
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
 # instances x steps x 2 x max(continuations): the rows stepped at once for one G (each
 # holds its instance's grid; a million take about ten seconds on a 2-core CPU)
