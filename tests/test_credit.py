@@ -26,7 +26,7 @@ from workbench.credit.checkpoint import (
     table_policy,
     train_checkpoint,
 )
-from workbench.credit.sampling import sample_group
+from workbench.credit.sampling import sample_group, split_half_reliability
 from workbench.testbeds import Budget
 from workbench.testbeds.agent.ground_truth import exact_advantages
 from workbench.testbeds.agent.keydoor import KeyDoor
@@ -95,6 +95,7 @@ def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp
         assert 0.0 <= float(row["sign_agreement"] or 0.5) <= 1.0
         assert 0.0 <= float(row["zero_share"]) <= 1.0
         assert float(row["variance"]) >= 0.0 and float(row["mc_se"]) > 0.0
+        assert 0.0 <= float(row["mc_reliability"] or 0.5) <= 1.0
     assert correlated >= len(rows) // 2
     # one step's MC advantage does not depend on the estimator: rows of one (G, N) share it
     by_cell = {}
@@ -158,6 +159,7 @@ def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path
             checked += 1
             largest = max(largest, abs(exact))
     assert checked == 15 and largest > 0.01  # advantages worth recovering
+    assert sample.reliability[4000] > 0.9  # 2 x 2000 continuations agree on the ranks
     # the table the continuations use is the network's own probabilities
     env_probs = table_policy(table)
     env = KeyDoor(layouts, 8, instance_ids=[0, 1, 2])
@@ -200,6 +202,19 @@ def test_the_measures_agree_with_their_definitions():
     flat = measures.measure(np.zeros((4, 2)), y[:4, :2], 0.9, 100, np.random.default_rng(2))
     assert math.isnan(flat["spearman"][0])  # no credit at all: no rank correlation
     assert flat["sign_agreement"][0] == 0.0
+
+
+def test_split_half_reliability_is_one_for_agreeing_halves_and_small_for_noise():
+    rng = np.random.default_rng(0)
+    steps = rng.normal(size=(200, 1))
+    q = np.repeat(steps, 8, axis=1)  # every continuation returns the step's own value
+    v = np.zeros((200, 8))
+    assert split_half_reliability(q, v) == pytest.approx(1.0)
+    noise = rng.normal(size=(200, 8))  # no step effect: halves independent
+    assert split_half_reliability(noise, v) < 0.3
+    # a signal as large as one continuation's noise: r of the halves' means about 4 / 5
+    mixed = np.repeat(steps, 8, axis=1) + rng.normal(size=(200, 8))
+    assert 0.75 < split_half_reliability(mixed, v) < 0.97
 
 
 BAD = [

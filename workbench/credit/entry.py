@@ -80,6 +80,7 @@ def _rows(plan: CreditPlan, sample: GroupSample) -> list[dict]:
             found = measures.measure(estimate, truth, s.confidence, s.resamples, rng)
             row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
                    "steps": truth.size, "mc_se": mc_se,
+                   "mc_reliability": sample.reliability[n],
                    "zero_share": measures.zero_share(estimate),
                    "mc_zero_share": measures.zero_share(truth),
                    "rollout_success": sample.success}

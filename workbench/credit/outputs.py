@@ -23,7 +23,7 @@ from workbench.report.figures import Style
 FIGURE, TABLE = "figure", "table"
 COLUMNS = ["estimator", "G", "N", "instances", "steps", *(f"{m}{end}" for m in METRICS
                                                           for end in ("", "_low", "_high")),
-           "mc_se", "zero_share", "mc_zero_share", "rollout_success"]
+           "mc_se", "mc_reliability", "zero_share", "mc_zero_share", "rollout_success"]
 
 
 def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
@@ -54,6 +54,14 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                                 color=style.colour(label), alpha=0.12, linewidth=0)
             if metric in ("spearman", "bias"):
                 ax.axhline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+            if metric == "spearman":  # what a perfect estimator would reach against A_MC
+                ceiling = sorted({(row["G"], row["mc_reliability"]) for row in rows
+                                  if row["N"] == n})
+                ax.plot([g for g, _ in ceiling],
+                        [math.sqrt(max(r, 0.0)) if math.isfinite(r) else math.nan
+                         for _, r in ceiling],
+                        color="black", linestyle=":", linewidth=1.2,
+                        label="ceiling: √(A_MC's split-half reliability)")
             if metric == "sign_agreement":
                 ax.set_ylim(-0.02, 1.02)
             if log:
@@ -66,7 +74,7 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                 ax.set_xlabel("G (rollouts per instance)")
             ax.grid(alpha=0.3)
     handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=min(len(labels), 6), fontsize=8,
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 7), fontsize=8,
                frameon=False)
     caption = (f"{plan.name}: each estimator's step advantages against the Monte Carlo "
                f"advantage A_MC = Q − V (N continuations each for Q and V from the restored "
@@ -74,7 +82,9 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                f"held-out {plan.spec.task.name} instances, for the checkpoint {checkpoint}. "
                f"Bands: {s.confidence:.0%} percentile bootstrap over instances "
                f"({s.resamples} resamples); each estimator is drawn slightly to the side of "
-               f"its G so that equal values stay visible. Bias and variance are in each "
+               f"its G so that equal values stay visible. Dotted: the square root of A_MC's "
+               f"split-half reliability (Spearman-Brown), about the most a perfect "
+               f"estimator's rank correlation with A_MC can reach. Bias and variance are in each "
                f"estimator's own units. Sign agreement: over the steps whose A_MC is not 0, "
                f"Â's sign the same (Â = 0 a miss; |value| ≤ {ZERO:g} counts as 0).")
     width = max(60, int(fig.get_figwidth() * 15))
@@ -91,12 +101,13 @@ def write_table(folder: Path, rows: list[dict]) -> list[Path]:
         for row in rows:
             writer.writerow({k: _plain(row[k]) for k in COLUMNS})
     head = ["estimator", "G", "N", *(METRICS[m] for m in METRICS), "Â = 0", "A_MC = 0",
-            "MC s.e.", "steps"]
+            "MC s.e.", "MC reliability", "steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["estimator"], str(row["G"]), str(row["N"]),
                  *(_with_interval(row, m) for m in METRICS), _number(row["zero_share"]),
                  _number(row["mc_zero_share"]), _number(row["mc_se"]),
+                 _number(row["mc_reliability"]),
                  str(row["steps"])]
         lines.append("| " + " | ".join(cells) + " |")
     md_path.write_text("\n".join(lines) + "\n")

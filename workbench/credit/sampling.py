@@ -15,6 +15,10 @@ Carlo advantage for every N.
    step's action, max(N) follow pi. For each N, the first N of each give
    A_MC = mean(Q returns) - mean(V returns) and its standard error (the N are nested, so the
    estimates for different N share their draws).
+4. How far A_MC itself is from the truth at N: its split-half reliability, the Spearman
+   correlation r of the A_MC of the first and of the next N // 2 continuations over the
+   sampled steps, stepped up to N by Spearman-Brown (2 r / (1 + r); 0 where r <= 0). A
+   perfect estimator's rank correlation with A_MC is about its square root at most.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 import torch
 
 from workbench import seeds
+from workbench.credit import measures
 from workbench.credit.checkpoint import table_policy
 from workbench.credit.plan import CreditPlan
 from workbench.testbeds.agent.ground_truth import continuation_returns
@@ -41,6 +46,7 @@ class GroupSample:
     estimates: dict[str, np.ndarray]  # estimator label -> its advantage of each step
     monte_carlo: dict[int, np.ndarray]  # N -> A_MC of each step
     standard_error: dict[int, np.ndarray]  # N -> A_MC's standard error
+    reliability: dict[int, float]  # N -> A_MC's split-half reliability (step 4)
     states: np.ndarray  # (I, K, 5): KeyDoor.get_state of each step
     actions: np.ndarray  # (I, K)
     played: int  # steps played by the I x G rollouts
@@ -81,15 +87,16 @@ def sample_group(plan: CreditPlan, policy: Policy, layouts: list[Layout], table:
                                 seeds.torch_generator(s.seed, "rollouts", g, 2, device=device),
                                 instance_ids=instance.tolist(), device=device)
     shape = (count, s.steps_per_instance)
-    monte_carlo, standard_error = {}, {}
+    monte_carlo, standard_error, reliability = {}, {}, {}
     for k in s.continuations:
         qk, vk = q[:, :k], v[:, :k]
         monte_carlo[k] = (qk.mean(dim=1) - vk.mean(dim=1)).numpy().reshape(shape)
         standard_error[k] = torch.sqrt(qk.var(dim=1) / k + vk.var(dim=1) / k).numpy() \
             .reshape(shape)
+        reliability[k] = split_half_reliability(q[:, :k].numpy(), v[:, :k].numpy())
     return GroupSample(
         g, {label: a[rows_t, steps_t].numpy().reshape(shape) for label, a in advantages.items()},
-        monte_carlo, standard_error, states.numpy().reshape(*shape, 5),
+        monte_carlo, standard_error, reliability, states.numpy().reshape(*shape, 5),
         actions.numpy().reshape(shape), int(episodes.mask.sum()),
         float(episodes.success.float().mean()))
 
@@ -105,3 +112,16 @@ def _draw_steps(valid: np.ndarray, count: int, g: int, k: int,
         rows.append(r[picks] + i * g)
         steps.append(t[picks])
     return np.concatenate(rows), np.concatenate(steps)
+
+
+def split_half_reliability(q: np.ndarray, v: np.ndarray) -> float:
+    """Spearman-Brown stepped-up Spearman correlation r between the A_MC of the first and of
+    the next n // 2 of the (steps, n) returns ``q`` and ``v``: 2 r / (1 + r), 0 where r <= 0
+    (the halves do not agree in rank), NaN where either half is constant."""
+    half = q.shape[1] // 2
+    first = q[:, :half].mean(axis=1) - v[:, :half].mean(axis=1)
+    second = q[:, half:2 * half].mean(axis=1) - v[:, half:2 * half].mean(axis=1)
+    r = float(measures.spearman(first[None], second[None])[0])
+    if r != r:  # NaN: a constant half
+        return r
+    return 2 * r / (1 + r) if r > 0 else 0.0
