@@ -18,9 +18,11 @@ from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
 # the advantage slot's inputs this loop gives (``loop.Episodes.advantage_inputs``); values and
-# next_values come from a value head the policy gets when the advantage method reads them
+# next_values come from a value head the policy gets when the advantage method reads them,
+# mc_values from continuations of the states the method names (``loop.train``)
 ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
-                              "terminated", "values", "next_values"})
+                              "terminated", "values", "next_values", "old_log_probs",
+                              "mc_values"})
 
 
 class KeyDoorParams(TaskParams, AgentSettings):
