@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from workbench.families import (
     open_rl_slots,
     step_size_taken,
 )
-from workbench.testbeds.agent.keydoor import KeyDoor, Layout
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
@@ -87,7 +87,7 @@ class Episodes:
         return inputs
 
 
-def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
+def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
          values: bool = False) -> Episodes:
     """Every row of ``env`` from its start to the end of its episode; actions sampled from
     ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
@@ -121,9 +121,11 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
     return episodes
 
 
-def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
+def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
-          budget: Budget, seed: int, log: LogFn, device: torch.device) -> dict[str, Any]:
+          budget: Budget, seed: int, log: LogFn, device: torch.device,
+          make_env: EnvFactory) -> dict[str, Any]:
+    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``)."""
     m, g = settings.instances_per_update, settings.group_size
     per_update = settings.epochs * settings.minibatches
     total_updates = budget.planned_steps(m * g * max_steps)
@@ -133,7 +135,7 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         m = max(1, slots.first_batch // g)
     rollouts = seeds.torch_generator(seed, "actions", device=device)
     order = seeds.torch_generator(seed, "minibatches")
-    evaluation = KeyDoor(eval_layouts, max_steps, device)
+    evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
@@ -141,8 +143,8 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
-        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
-                      instance_ids=[int(i) for i in chosen for _ in range(g)])
+        env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
+                       instance_ids=[int(i) for i in chosen for _ in range(g)])
         episodes = play(env, policy, rollouts, values=critic)
         played = int(episodes.mask.sum())
         env_steps += played
