@@ -54,14 +54,20 @@ class Puzzle:
     optimal: int
 
 
-def apply(tool: Tool, value: int, max_value: int) -> int:
-    """The value after calling ``tool`` on ``value`` (``value`` itself when the call fails)."""
+def call(tool: Tool, value: int, max_value: int) -> int | None:
+    """What calling ``tool`` on ``value`` gives; None when the call fails."""
     kind, p = tool
     if kind == "div":
         result = value // p if value % p == 0 else -1
     else:
         result = {"add": value + p, "sub": value - p, "mul": value * p}[kind]
-    return result if 0 <= result <= max_value else value
+    return result if 0 <= result <= max_value else None
+
+
+def apply(tool: Tool, value: int, max_value: int) -> int:
+    """The value after calling ``tool`` on ``value`` (``value`` itself when the call fails)."""
+    result = call(tool, value, max_value)
+    return value if result is None else result
 
 
 def distances(start: int, tools: Sequence[Tool], max_value: int) -> dict[int, int]:
