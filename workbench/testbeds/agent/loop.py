@@ -13,6 +13,9 @@ the end) the greedy policy plays each held-out instance once: ``eval/success``.
 
 Stops at ``budget.steps`` updates, ``budget.samples`` environment steps or
 ``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+
+The environment is the task's (``make_env``: ``KeyDoor``, ``ToolCalc``; any
+``environment.AgentEnv``); its instances' ``optimal`` lengths give ``train/path_ratio``.
 """
 
 from __future__ import annotations
