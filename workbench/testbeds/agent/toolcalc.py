@@ -3,8 +3,8 @@
 An instance has a start and a target in 0 .. ``max_value`` and ``tools`` distinct tools, each
 a kind of ``KINDS`` with a parameter drawn per instance: ``add p`` and ``sub p`` with p in
 1 .. ``max_operand``, ``mul p`` and ``div p`` with p in 2 .. ``min(max_operand, 5)``. A call
-whose result leaves 0 .. ``max_value`` (or ``div p`` of a value p does not divide) fails and
-leaves the value as it is. Reaching the target ends the episode with reward 1 (sparse);
+whose result leaves 0 .. ``max_value`` (or ``div p`` of a value that p does not divide) fails
+and leaves the value as it is. Reaching the target ends the episode with reward 1 (sparse);
 ``max_steps`` calls end it with 0. Action i calls tool i.
 
 Every generated instance is solvable: breadth-first search over the values from the start
@@ -16,10 +16,11 @@ key-door instances are, so the splits never share a stream and any instance can 
 alone.
 
 ``ToolCalc`` steps N instances as tensors on any device with the interface of
-``environment.AgentEnv``: exact ``get_state``/``set_state``, a vector observation, a short
-text (``"value 7, target 23; tools: add 3, mul 2, sub 1"``), the text of an action and its
-parser (``parse_action``: ``"mul 2"`` -> that tool's index, anything else -> None), and anchor
-keys, equal exactly when two rows show the same instance at the same value.
+``environment.AgentEnv``: exact ``get_state``/``set_state``, a vector observation (the value,
+the target, the tools and what calling each gives now), a short text (``"value 7, target 23;
+tools: add 3, mul 2, sub 1"``), the text of an action and its parser (``parse_action``:
+``"mul 2"`` -> that tool's index, anything else -> None), and anchor keys, equal exactly when
+two rows show the same instance at the same value.
 """
 
 from __future__ import annotations
