@@ -66,7 +66,8 @@ def test_continuations_from_a_restored_state_are_the_policy_s_returns():
     states[1, 3] = 29
     policy = Policy(env.obs_dim, 4, 16, 1)
     gen = torch.Generator().manual_seed(0)
-    returns, steps = continuation_returns(env, states, torch.tensor([0, 1]), 400, policy, gen)
+    branch = KeyDoor([layout] * 800, 30)
+    returns, steps = continuation_returns(branch, states, 400, policy, gen)
     # row 0 reaches the goal sooner or later in most continuations; row 1 only when its one
     # move is the right one: about the policy's probability of that move
     probs = policy.distribution(env.observe()).probs[1, moves[-1]].detach()

@@ -118,6 +118,8 @@ def run_task(task_name: str, seed: int, steps: int, **params) -> list[tuple[int,
 @pytest.mark.parametrize("task_name, params", [
     ("cartpole", {"num_envs": 4, "rollout_len": 16}),  # env, init, actions, minibatches
     ("logreg", {"n_samples": 64, "batch_size": 8}),  # data, init, batches
+    ("toolcalc", {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
+                  "group_size": 4, "hidden": 16}),  # instances, init, actions, minibatches
 ])
 def test_a_run_is_reproducible_and_leaves_the_global_rng_alone(task_name, params):
     torch.manual_seed(123)

@@ -1,8 +1,8 @@
 """The true advantage of a step, against which step-level estimators are measured.
 
-For a fixed policy pi (a function of what a row observes) on one key-door instance with the
-undiscounted return and a ``max_steps`` limit, the advantage of action a in state s after t
-moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
+For a fixed policy pi (a function of what a row observes) on one instance (key-door, tool-use
+puzzle: any ``environment.AgentEnv``) with the undiscounted return and a ``max_steps`` limit,
+the advantage of action a in state s after t moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
 
     Q_t(s, a) = r(s, a) + [s' not terminal] V_{t+1}(s'),    V_t(s) = sum_a pi(a | s) Q_t(s, a),
     V_{max_steps}(s) = 0,
@@ -10,13 +10,18 @@ moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
 s' the state the move leads to and r = 1 where it reaches the goal.
 
 - ``exact_advantages``: dynamic programming over (moves made, key held, cell), exact for a
-  small instance.
+  small key-door instance.
+- ``exact_advantages_over``: the same for any environment, over a given list of its observed
+  states (closed under its moves), the moves taken by the environment itself and the next
+  state found by its anchor key.
 - ``monte_carlo_advantages``: the protocol that works where no table fits. It restores each
-  sampled state in ``n`` rows (``KeyDoor.set_state``), takes the action and follows pi to the
-  episode's end for Q, and follows pi from the state for V: A = mean(Q) - mean(V) with its
-  standard error sqrt(var(Q)/n + var(V)/n), the two sets independent.
+  sampled state in ``n`` rows (``set_state``; ``make_env`` builds the environment), takes the
+  action and follows pi to the episode's end for Q, and follows pi from the state for V:
+  A = mean(Q) - mean(V) with its standard error sqrt(var(Q)/n + var(V)/n), the two sets
+  independent.
 
-tests/test_agent_ground_truth.py checks that the second recovers the first within its interval.
+tests/test_agent_ground_truth.py checks that the Monte Carlo protocol recovers the exact
+advantages within its interval (key-door and tool-use), and that the two exact ones agree.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, Layout
 
-#: pi: the action probabilities (rows, 4) of every row of ``env`` in its current state
-PolicyProbs = Callable[[KeyDoor], torch.Tensor]
+#: pi: the action probabilities (rows, actions) of every row of ``env`` in its current state
+PolicyProbs = Callable[[AgentEnv], torch.Tensor]
 
 
 def exact_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
@@ -65,27 +71,62 @@ def exact_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
     return value, q
 
 
-def monte_carlo_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int,
+def exact_advantages_over(instance: Instance, states: torch.Tensor, probs_of: PolicyProbs,
+                          max_steps: int, make_env: EnvFactory
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(V, Q): V[t, s] and Q[t, s, a] for t = 0 .. max_steps (Q to max_steps - 1) over the S
+    observed ``states`` of ``instance`` (``get_state`` rows, episodes not ended), which must
+    hold every state their actions lead to (ValueError names one that is missing)."""
+    count = len(states)
+    probe = make_env([instance] * count, max_steps, instance_ids=[0] * count)
+    probe.set_state(states)
+    index = {key: i for i, key in enumerate(probe.anchor_keys().tolist())}
+    if len(index) != count:
+        raise ValueError("states must be distinct observed states (their anchor keys repeat)")
+    pi = probs_of(probe).double().numpy()
+    actions = probe.n_actions
+    moved = make_env([instance] * count * actions, max_steps,
+                     instance_ids=[0] * count * actions)
+    moved.set_state(states.repeat_interleave(actions, dim=0))
+    result = moved.step(torch.arange(actions).repeat(count))
+    missing = [key for key in moved.anchor_keys().tolist() if key not in index]
+    if missing:
+        raise ValueError(f"states lack a state their moves lead to (anchor key {missing[0]})")
+    following = np.array([index[key] for key in moved.anchor_keys().tolist()]).reshape(
+        count, actions)
+    reward = result.reward.double().numpy().reshape(count, actions)
+    ends = result.terminated.numpy().reshape(count, actions)
+    value = np.zeros((max_steps + 1, count))
+    q = np.zeros((max_steps, count, actions))
+    for t in range(max_steps - 1, -1, -1):
+        q[t] = reward + np.where(ends, 0.0, value[t + 1][following])
+        value[t] = (pi * q[t]).sum(axis=1)
+    return value, q
+
+
+def monte_carlo_advantages(layout: Instance, probs_of: PolicyProbs, max_steps: int,
                            states: torch.Tensor, actions: torch.Tensor, n: int,
-                           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, standard error), each (K,), for the K ``states`` (``KeyDoor.get_state`` rows of
+                           generator: torch.Generator, make_env: EnvFactory = KeyDoor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, standard error), each (K,), for the K ``states`` (``get_state`` rows of
     ``layout``, episodes not ended) and ``actions``, from ``n`` continuations each for Q and
     for V (see the module docstring)."""
     k = len(states)
     q_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
-                         actions.repeat_interleave(n), generator).view(k, n)
+                         actions.repeat_interleave(n), generator, make_env).view(k, n)
     v_returns = _returns(layout, probs_of, max_steps, states.repeat_interleave(n, dim=0),
-                         None, generator).view(k, n)
+                         None, generator, make_env).view(k, n)
     advantage = q_returns.mean(dim=1) - v_returns.mean(dim=1)
     stderr = torch.sqrt(q_returns.var(dim=1) / n + v_returns.var(dim=1) / n)
     return advantage, stderr
 
 
-def _returns(layout: Layout, probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
-             first: torch.Tensor | None, generator: torch.Generator) -> torch.Tensor:
+def _returns(layout: Instance, probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
+             first: torch.Tensor | None, generator: torch.Generator,
+             make_env: EnvFactory) -> torch.Tensor:
     """The return from each restored state to the episode's end: ``first`` as the first
     action where given, pi's samples after."""
-    env = KeyDoor([layout] * len(states), max_steps)
+    env = make_env([layout] * len(states), max_steps)
     env.set_state(states)
     total = torch.zeros(len(states), dtype=torch.float64)
     with torch.no_grad():

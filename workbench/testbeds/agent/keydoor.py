@@ -21,7 +21,6 @@ an anchor key: equal for two rows exactly when they show the same instance in th
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 from workbench import seeds
+from workbench.testbeds.agent.environment import Transition
 
 MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 ACTION_NAMES = ("up", "down", "left", "right")
@@ -111,16 +111,6 @@ def generate(seed: int, split: int, index: int, size: int = 7,
                        f"{obstacle_density})")
 
 
-@dataclass
-class Transition:
-    """What ``KeyDoor.step`` returns (tensors on the env's device)."""
-
-    reward: torch.Tensor  # (N,) float: 1 where the goal was reached at this step
-    terminated: torch.Tensor  # (N,) bool: the goal reached at this step
-    truncated: torch.Tensor  # (N,) bool: ``max_steps`` moves made without reaching it
-    active: torch.Tensor  # (N,) bool: the rows that moved (their episode had not ended)
-
-
 class KeyDoor:
     """N instances stepped together; row i plays ``layouts[i]``. ``instance_ids`` (default
     0..N-1) name the instances for the anchor keys: rows with one id play one instance."""
@@ -184,23 +174,15 @@ class KeyDoor:
         self.has_key, self.elapsed, self.done = state[:, 2] == 1, state[:, 3].clone(), \
             state[:, 4] == 1
 
-    def subset(self, rows: Sequence[int]) -> KeyDoor:
-        """A new batch whose row i is a copy of row ``rows[i]`` of this one (instance and
-        state; rows may repeat): continuations from one state in several rows."""
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
-        other = copy.copy(self)
-        for name in ("walls", "start", "key", "door", "goal", "instance_ids", "pos", "has_key",
-                     "elapsed", "done"):
-            setattr(other, name, getattr(self, name)[index].clone())
-        other.num_envs = len(index)
-        other.rows = torch.arange(other.num_envs, device=self.device)
-        return other
-
     # ------------------------------------------------------------------------- observations
 
     @property
     def obs_dim(self) -> int:
         return len(CHANNELS) * self.size * self.size + 1
+
+    @property
+    def n_actions(self) -> int:
+        return len(MOVES)
 
     def observe(self) -> torch.Tensor:
         """(N, obs_dim) float: the channels of ``CHANNELS`` over the grid, flattened (the key

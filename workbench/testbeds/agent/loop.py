@@ -16,13 +16,16 @@ the end) the greedy policy plays each held-out instance once: ``eval/success``.
 
 Stops at ``budget.steps`` updates, ``budget.samples`` environment steps or
 ``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+
+The environment is the task's (``make_env``: ``KeyDoor``, ``ToolCalc``; any
+``environment.AgentEnv``); its instances' ``optimal`` lengths give ``train/path_ratio``.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +41,7 @@ from workbench.families import (
     open_rl_slots,
     step_size_taken,
 )
-from workbench.testbeds.agent.keydoor import KeyDoor, Layout
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
@@ -92,7 +95,7 @@ class Episodes:
         return inputs
 
 
-def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
+def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
          values: bool = False) -> Episodes:
     """Every row of ``env`` from its start to the end of its episode; actions sampled from
     ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
@@ -126,27 +129,28 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
     return episodes
 
 
-def continuation_returns(env: KeyDoor, states: torch.Tensor, rows: torch.Tensor, n: int,
-                         policy: Policy, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-    """(K,) the mean return of ``n`` rollouts of ``policy`` from each of the K ``states`` (row
-    ``rows[k]`` of ``env`` restored there), and the environment steps they took."""
-    rows = rows.repeat_interleave(n)
-    branch = env.subset(rows.tolist())
-    branch.set_state(states.repeat_interleave(n, dim=0))
-    total = torch.zeros(len(rows), dtype=torch.float64, device=branch.device)
+def continuation_returns(env: AgentEnv, states: torch.Tensor, n: int, policy: Policy,
+                         generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(K,) the mean return of ``n`` rollouts of ``policy`` from each of the K ``states``, and
+    the environment steps they took; ``env`` has K * n rows, row k * n + j playing the
+    instance of state k (it is restored there)."""
+    env.set_state(states.repeat_interleave(n, dim=0))
+    total = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     steps = 0
     with torch.no_grad():
-        while not bool(branch.done.all()):
-            probs = policy.distribution(branch.observe()).probs
-            moved = branch.step(torch.multinomial(probs, 1, generator=generator).squeeze(1))
+        while not bool(env.done.all()):
+            probs = policy.distribution(env.observe()).probs
+            moved = env.step(torch.multinomial(probs, 1, generator=generator).squeeze(1))
             total += moved.reward.double()
             steps += int(moved.active.sum())
     return total.view(-1, n).mean(dim=1), steps
 
 
-def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
+def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
-          budget: Budget, seed: int, log: LogFn, device: torch.device) -> dict[str, Any]:
+          budget: Budget, seed: int, log: LogFn, device: torch.device,
+          make_env: EnvFactory) -> dict[str, Any]:
+    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``)."""
     m, g = settings.instances_per_update, settings.group_size
     per_update = settings.epochs * settings.minibatches
     total_updates = budget.planned_steps(m * g * max_steps)
@@ -156,7 +160,7 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         m = max(1, slots.first_batch // g)
     rollouts = seeds.torch_generator(seed, "actions", device=device)
     order = seeds.torch_generator(seed, "minibatches")
-    evaluation = KeyDoor(eval_layouts, max_steps, device)
+    evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
@@ -164,17 +168,19 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
-        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
-                      instance_ids=[int(i) for i in chosen for _ in range(g)])
+        env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
+                       instance_ids=[int(i) for i in chosen for _ in range(g)])
         episodes = play(env, policy, rollouts, values=critic)
         played = int(episodes.mask.sum())
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = episodes.advantage_inputs(group_ids)
         if "mc_values" in slots.advantage_inputs:
-            def estimate(rows, columns, n, env=env, states=episodes.states):
-                return continuation_returns(env, states[rows, columns], rows, n, policy,
-                                            rollouts)
+            def estimate(rows, columns, n, chosen=chosen, states=episodes.states):
+                instances = [int(chosen[row // g]) for row in rows.tolist() for _ in range(n)]
+                branch = make_env([train_layouts[i] for i in instances], max_steps, device,
+                                  instance_ids=instances)
+                return continuation_returns(branch, states[rows, columns], n, policy, rollouts)
 
             inputs["mc_values"], continued = monte_carlo_values(
                 slots.advantage, mask=episodes.mask, old_log_probs=episodes.log_probs,
