@@ -6,6 +6,11 @@ pool of ``train_instances``, plays each G times to the end (goal or ``max_steps`
 sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
 steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
 ``group_ids`` (the instance of each row) and ``anchor_ids`` (each step's observed state).
+With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
+rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
+environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
+path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps`` counts the steps
+played, a shared prefix once. Independent rollouts are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
 ``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
@@ -21,10 +26,10 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.families import (
@@ -57,6 +62,36 @@ class AgentSettings(Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
+    sampling: Literal["independent", "tree", "auto"] = Field(
+        "independent", description="independent: G rollouts of each instance; tree: the G rows "
+        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); auto: "
+        "tree exactly when the advantage method reads tree_ids")
+    tree_count: int = Field(2, ge=1, le=1024, description="M: trees per instance (tree "
+                                                            "sampling)")
+    tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
+                                                                 "in each round")
+    tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
+
+    @model_validator(mode="after")
+    def _trees_give_enough_leaves(self):
+        if self.sampling == "independent":
+            return self
+        if self.group_size % self.tree_count:
+            raise ValueError(f"group_size ({self.group_size}) must be a multiple of tree_count "
+                             f"({self.tree_count}) under sampling: {self.sampling} (each tree "
+                             "gives group_size / tree_count leaves)")
+        grown = 1 + self.tree_rounds * self.tree_expansions
+        if self.group_size // self.tree_count > grown:
+            raise ValueError(f"each tree grows 1 + tree_rounds x tree_expansions = {grown} "
+                             f"leaves, fewer than the group_size / tree_count = "
+                             f"{self.group_size // self.tree_count} it must give; raise "
+                             "tree_expansions or tree_rounds, or lower group_size")
+        return self
+
+    def tree_sampling(self, advantage_inputs: frozenset[str]) -> bool:
+        """Whether rollouts grow as trees, given what the advantage method reads."""
+        return self.sampling == "tree" or (self.sampling == "auto"
+                                           and "tree_ids" in advantage_inputs)
 
 
 @dataclass
@@ -76,6 +111,9 @@ class Episodes:
     dones: torch.Tensor  # (B, T) bool: the episode ended at that step (goal or max_steps)
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
+    states: torch.Tensor | None = None  # (B, T, 5) the env's state after each step (get_state)
+    tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
+    node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
@@ -84,15 +122,25 @@ class Episodes:
                   "terminated": self.terminated}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
+        rows, steps = self.mask.shape
+        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
+            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
+                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
+                       .view(rows, steps)}
+        else:
+            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
         return inputs
 
 
 def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
-         values: bool = False) -> Episodes:
-    """Every row of ``env`` from its start to the end of its episode; actions sampled from
-    ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
-    estimates of each state and of the state each step reached."""
-    env.reset()
+         values: bool = False, *, reset: bool = True, states: bool = False) -> Episodes:
+    """Every row of ``env`` from its start (without ``reset``: from its current state) to the
+    end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
+    with ``values``, the value head's estimates of each state and of the state each step
+    reached; with ``states``, the env's state after each step."""
+    if reset:
+        env.reset()
+    after_step: list[torch.Tensor] = []
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
@@ -111,6 +159,8 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
             steps.append((obs, actions, dist.log_prob(actions), moved.reward,
                           moved.active.float(), anchors, dist.entropy(), moved.terminated,
                           ended, *worth))
+            if states:
+                after_step.append(env.get_state())
     (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, now,
      after) = (torch.stack(x, dim=1) for x in zip(*steps, strict=True))
     episodes = Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
@@ -118,6 +168,8 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
     if values:
         episodes.values = torch.cat([now, after[:, -1:]], dim=1)
         episodes.next_values = after
+    if states:
+        episodes.states = torch.stack(after_step, dim=1)
     return episodes
 
 
@@ -135,16 +187,26 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = KeyDoor(eval_layouts, max_steps, device)
     critic = policy.critic is not None
+    from workbench.testbeds.agent.tree import TreeShape, play_trees  # it builds on play
+
+    trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
+             else None)
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
-        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
-                      instance_ids=[int(i) for i in chosen for _ in range(g)])
-        episodes = play(env, policy, rollouts, values=critic)
-        played = int(episodes.mask.sum())
+        if trees is None:
+            env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps,
+                          device, instance_ids=[int(i) for i in chosen for _ in range(g)])
+            episodes = play(env, policy, rollouts, values=critic)
+            played = int(episodes.mask.sum())
+        else:
+            episodes, played = play_trees(
+                [train_layouts[i] for i in chosen], [int(i) for i in chosen], trees, policy,
+                rollouts, seeds.numpy_generator(seed, "branches", update), max_steps=max_steps,
+                device=device, values=critic)
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = episodes.advantage_inputs(group_ids)

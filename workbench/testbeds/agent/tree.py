@@ -1,0 +1,164 @@
+"""Tree sampling for the network loop (Tree-GRPO's sampler): rollouts of an instance grown as
+trees that branch from shared prefixes, the environment restored at the branching step.
+
+For each instance, ``trees`` (M) trees; a tree's root is the instance's start, a node is one
+played step (its state: the environment's after that step), a leaf the step that ends an
+episode. Following AMAP-ML Tree-GRPO's ``generation_ts.py`` (``run_llm_loop_tree_search``,
+``TreeNode.get_expand_node``, ``TreeNode.sample_leaf``):
+
+1. each tree plays one rollout from its root to the end of its episode;
+2. ``rounds`` (L) times: each tree draws ``expansions`` (N) nodes uniformly with replacement
+   among its root and its nodes that are not leaves, and plays on from each (``set_state``
+   to the node's state) to the end of an episode: a new branch and leaf per draw, so a tree
+   ends with 1 + L * N leaves;
+3. each tree keeps ``leaves`` (K) of its leaves drawn without replacement; each kept leaf's
+   path from the root is one row of the (B = instances * M * K, T) batch, its shared prefix
+   steps repeated in each row through them (as the reference's rows are whole responses).
+
+The draws come from the ``branches`` stream, the actions from the loop's ``actions`` stream.
+``tree_ids`` name each row's tree, ``node_ids`` each step's node (the same id where rows share
+the step; -1 at padding). The steps played (every node, pruned branches included, a shared
+prefix once) are what the sampler returns as its cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workbench.testbeds.agent.keydoor import KeyDoor, Layout
+from workbench.testbeds.agent.loop import AgentSettings, Episodes, play
+from workbench.testbeds.agent.policy import Policy
+
+# per-step fields a node keeps (``Episodes`` attributes), as played
+_FIELDS = ("obs", "actions", "log_probs", "rewards", "anchor_ids", "entropy", "terminated",
+           "dones")
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """M trees per instance, L rounds of N expansions each, K leaves kept per tree."""
+
+    trees: int
+    expansions: int
+    rounds: int
+    leaves: int
+
+    @classmethod
+    def of(cls, settings: AgentSettings) -> TreeShape:
+        return cls(settings.tree_count, settings.tree_expansions, settings.tree_rounds,
+                   settings.group_size // settings.tree_count)
+
+
+class _Nodes:
+    """The grown trees as a flat table: roots first (one per tree), then each played step."""
+
+    def __init__(self, roots: torch.Tensor, tree_layouts: list[Layout],
+                 tree_instances: list[int]):
+        n, device = len(roots), roots.device
+        self.tree_layouts, self.tree_instances = tree_layouts, tree_instances
+        self.roots = n
+        self.state = roots  # (nodes, 5)
+        self.tree = torch.arange(n, device=device)
+        self.parent = torch.full((n,), -1, dtype=torch.long, device=device)
+        self.depth = torch.zeros(n, dtype=torch.long, device=device)
+        self.leaf = torch.zeros(n, dtype=torch.bool, device=device)
+        self.steps: dict[str, torch.Tensor] = {}  # field -> (nodes - roots, ...)
+
+    def grow(self, start: torch.Tensor, policy: Policy, generator: torch.Generator,
+             max_steps: int, values: bool) -> None:
+        """Play on from each node of ``start`` to the end of an episode; add the steps."""
+        trees = self.tree[start].tolist()
+        env = KeyDoor([self.tree_layouts[t] for t in trees], max_steps, start.device,
+                      instance_ids=[self.tree_instances[t] for t in trees])
+        env.set_state(self.state[start])
+        played = play(env, policy, generator, values=values, reset=False, states=True)
+        valid = played.mask != 0
+        rows, steps = valid.shape
+        ids = torch.full((rows, steps), -1, dtype=torch.long, device=start.device)
+        ids[valid] = len(self.tree) + torch.arange(int(valid.sum()), device=start.device)
+        parent = torch.cat([start[:, None], ids[:, :-1]], dim=1)
+        depth = self.depth[start][:, None] + torch.arange(1, steps + 1, device=start.device)
+        self.state = torch.cat([self.state, played.states[valid]])
+        self.tree = torch.cat([self.tree, self.tree[start][:, None].expand(rows, steps)[valid]])
+        self.parent = torch.cat([self.parent, parent[valid]])
+        self.depth = torch.cat([self.depth, depth[valid]])
+        self.leaf = torch.cat([self.leaf, played.dones[valid]])
+        new = {name: getattr(played, name)[valid] for name in _FIELDS}
+        if values:
+            new["value_now"] = played.values[:, :-1][valid]
+            new["value_after"] = played.next_values[valid]
+        self.steps = {k: torch.cat([self.steps[k], v]) if k in self.steps else v
+                      for k, v in new.items()}
+
+    def of_tree(self, tree: int, leaves: bool) -> torch.Tensor:
+        """The nodes of ``tree`` that are leaves, or that are not (its root among them)."""
+        return torch.nonzero((self.tree == tree) & (self.leaf == leaves)).squeeze(1)
+
+
+def play_trees(layouts: list[Layout], instance_ids: list[int], shape: TreeShape,
+               policy: Policy, generator: torch.Generator, branches: np.random.Generator, *,
+               max_steps: int, device: torch.device, values: bool = False
+               ) -> tuple[Episodes, int]:
+    """``shape.trees`` trees grown on each instance (module docstring); the kept leaves'
+    paths as ``Episodes`` (rows: instance, then tree, then leaf) with ``tree_ids`` and
+    ``node_ids``, and the number of environment steps played."""
+    tree_layouts = [layout for layout in layouts for _ in range(shape.trees)]
+    tree_instances = [i for i in instance_ids for _ in range(shape.trees)]
+    start = KeyDoor(tree_layouts, max_steps, device, instance_ids=tree_instances)
+    nodes = _Nodes(start.get_state(), tree_layouts, tree_instances)
+    every_tree = range(len(tree_layouts))
+    nodes.grow(torch.arange(len(tree_layouts), device=device), policy, generator, max_steps,
+               values)
+    for _ in range(shape.rounds):
+        chosen = []
+        for tree in every_tree:
+            candidates = nodes.of_tree(tree, leaves=False)
+            chosen.append(candidates[torch.as_tensor(
+                branches.integers(len(candidates), size=shape.expansions), device=device)])
+        nodes.grow(torch.cat(chosen), policy, generator, max_steps, values)
+    kept = []
+    for tree in every_tree:
+        leaves = nodes.of_tree(tree, leaves=True)
+        pick = np.sort(branches.choice(len(leaves), size=shape.leaves, replace=False))
+        kept.append(leaves[torch.as_tensor(pick, device=device)])
+    episodes = _paths(nodes, torch.cat(kept), values)
+    return episodes, len(nodes.tree) - nodes.roots
+
+
+def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
+    """Each leaf's path from its root as one row (its steps' fields; 0 at padding)."""
+    lengths = nodes.depth[leaves]
+    rows, steps = len(leaves), int(lengths.max())
+    path = torch.full((rows, steps), -1, dtype=torch.long, device=leaves.device)
+    at = leaves.clone()
+    for t in range(steps - 1, -1, -1):
+        here = lengths > t
+        path[here, t] = at[here]
+        at = torch.where(here, nodes.parent[at], at)
+    valid = path >= 0
+    index = (path - nodes.roots).clamp(min=0)
+
+    def gathered(name: str) -> torch.Tensor:
+        x = nodes.state[path.clamp(min=0)] if name == "state" else nodes.steps[name][index]
+        keep = valid.view(rows, steps, *([1] * (x.dim() - 2)))
+        return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+    fields = {name: gathered(name) for name in _FIELDS}
+    terminated = fields["terminated"]
+    episodes = Episodes(
+        obs=fields["obs"], actions=fields["actions"], log_probs=fields["log_probs"],
+        rewards=fields["rewards"], mask=valid.float(), anchor_ids=fields["anchor_ids"],
+        entropy=fields["entropy"], success=terminated.any(dim=1), lengths=lengths,
+        terminated=terminated, dones=fields["dones"], states=gathered("state"),
+        tree_ids=nodes.tree[leaves], node_ids=path)
+    if values:
+        now, after = gathered("value_now"), gathered("value_after")
+        last = after[torch.arange(rows, device=leaves.device), lengths - 1]
+        episodes.values = torch.cat([now, torch.zeros_like(now[:, :1])], dim=1)
+        episodes.values[torch.arange(rows, device=leaves.device), lengths] = last
+        episodes.next_values = after
+    return episodes
+
