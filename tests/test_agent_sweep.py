@@ -1,5 +1,6 @@
-"""The agent testbed through the real CLI: a sweep of an episode-level and a step-level
-estimator on the key-door task, and its report."""
+"""The agent testbed through the real CLI: a sweep of an episode-level, a step-level and a tree
+estimator (tree_grpo: on tree samples, ``sampling: auto``) on the key-door task, and its
+report."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def test_agent_sweep_and_report(tmp_path):
     spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-keydoor.yaml").read_text())
     spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
                                   group_size=4, max_steps=12, hidden=16, eval_every=2)
-    spec["methods"]["advantage"] = ["grpo", "gigpo"]
+    spec["methods"]["advantage"] = ["grpo", "gigpo", "tree_grpo"]
     spec.update(seeds=2, trials=2, budget={"steps": 4},
                 sampler={"name": "random", "seed": 0})
     path = tmp_path / "agent.yaml"
@@ -22,11 +23,11 @@ def test_agent_sweep_and_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split() for line in out.stdout.splitlines()]
     done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
-    assert done == {"grpo+adam": "2/2", "gigpo+adam": "2/2"}, out.stdout
+    assert done == {"grpo+adam": "2/2", "gigpo+adam": "2/2", "tree_grpo+adam": "2/2"}, out.stdout
     report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
                      cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     table = (tmp_path / "report" / "table_agent-advantage-keydoor.md").read_text()
-    assert "| grpo+adam" in table and "| gigpo+adam" in table
+    assert all(f"| {m}+adam" in table for m in ("grpo", "gigpo", "tree_grpo")), table
     for figure in ("curves_train-success_step", "curves_eval-success_cost-env_steps"):
         assert (tmp_path / "report" / f"{figure}.png").exists(), figure
