@@ -18,16 +18,16 @@ from workbench.validation import SpecError, validate
 MAX_STEPS = 10
 
 
-def _grow(shape: TreeShape, seed: int = 0, instances: int = 3):
+def _grow(shape: TreeShape, seed: int = 0, instances: int = 3, critic: bool = False):
     layouts = [generate(0, 0, i, 6, 0.1) for i in range(instances)]
     obs_dim = KeyDoor(layouts[:1], MAX_STEPS).obs_dim
     torch.manual_seed(seed)
-    policy = Policy(obs_dim, 4, 16, 1, False)
+    policy = Policy(obs_dim, 4, 16, 1, critic)
     episodes, played = play_trees(
         layouts, list(range(10, 10 + instances)), shape, policy,
         seeds.torch_generator(seed, "actions"), seeds.numpy_generator(seed, "branches", 0),
-        max_steps=MAX_STEPS, device=torch.device("cpu"))
-    return layouts, episodes, played
+        max_steps=MAX_STEPS, device=torch.device("cpu"), values=critic)
+    return (policy if critic else layouts), episodes, played
 
 
 SHAPES = [TreeShape(trees=2, expansions=2, rounds=1, leaves=3),  # the reference's default
@@ -40,8 +40,9 @@ def test_rows_of_a_tree_share_their_prefix_steps_exactly(shape):
     _, ep, _ = _grow(shape)
     rows = 3 * shape.trees * shape.leaves
     assert ep.mask.shape[0] == ep.tree_ids.shape[0] == rows
-    counts = torch.unique(ep.tree_ids, return_counts=True)[1]
-    assert counts.tolist() == [shape.leaves] * 3 * shape.trees
+    # rows by instance, then tree (the loop's group_ids: instance of each row), K per tree
+    trees = torch.arange(3 * shape.trees).repeat_interleave(shape.leaves)
+    assert torch.equal(ep.tree_ids, trees)
     valid = ep.mask != 0
     assert torch.equal(ep.lengths, valid.sum(dim=1)) and bool((ep.node_ids[~valid] == -1).all())
     assert bool(ep.dones[torch.arange(rows), ep.lengths - 1].all())  # each row ends an episode
@@ -80,6 +81,17 @@ def test_each_row_replays_from_the_start_to_the_same_states(shape):
         assert torch.equal(replay.get_state()[on], ep.states[on, t])
     assert bool(replay.done.all())
     assert torch.equal(ep.success, ep.rewards.sum(dim=1) > 0)
+
+
+def test_tree_rows_carry_the_value_of_each_state_and_of_the_state_after_the_last():
+    policy, ep, _ = _grow(SHAPES[0], critic=True)
+    valid = ep.mask != 0
+    with torch.no_grad():
+        assert torch.allclose(ep.values[:, :-1][valid], policy.value(ep.obs[valid]))
+    inside = valid[:, 1:]  # a step's next state is the following step's state
+    assert torch.allclose(ep.next_values[:, :-1][inside], ep.values[:, 1:-1][inside])
+    rows = torch.arange(len(ep.lengths))
+    assert torch.equal(ep.values[rows, ep.lengths], ep.next_values[rows, ep.lengths - 1])
 
 
 def test_the_steps_played_count_each_node_once():

@@ -93,9 +93,13 @@ class _Nodes:
         self.steps = {k: torch.cat([self.steps[k], v]) if k in self.steps else v
                       for k, v in new.items()}
 
-    def of_tree(self, tree: int, leaves: bool) -> torch.Tensor:
-        """The nodes of ``tree`` that are leaves, or that are not (its root among them)."""
-        return torch.nonzero((self.tree == tree) & (self.leaf == leaves)).squeeze(1)
+    def by_tree(self, leaves: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The leaves (or the other nodes, roots among them) ordered by tree, then by id; how
+        many each tree has; where each tree's start in that order."""
+        ids = torch.nonzero(self.leaf == leaves).squeeze(1)
+        ids = ids[torch.argsort(self.tree[ids], stable=True)]
+        counts = torch.bincount(self.tree[ids], minlength=self.roots)
+        return ids, counts, torch.cumsum(counts, 0) - counts
 
 
 def play_trees(layouts: list[Layout], instance_ids: list[int], shape: TreeShape,
@@ -109,22 +113,24 @@ def play_trees(layouts: list[Layout], instance_ids: list[int], shape: TreeShape,
     tree_instances = [i for i in instance_ids for _ in range(shape.trees)]
     start = KeyDoor(tree_layouts, max_steps, device, instance_ids=tree_instances)
     nodes = _Nodes(start.get_state(), tree_layouts, tree_instances)
-    every_tree = range(len(tree_layouts))
     nodes.grow(torch.arange(len(tree_layouts), device=device), policy, generator, max_steps,
                values)
-    for _ in range(shape.rounds):
-        chosen = []
-        for tree in every_tree:
-            candidates = nodes.of_tree(tree, leaves=False)
-            chosen.append(candidates[torch.as_tensor(
-                branches.integers(len(candidates), size=shape.expansions), device=device)])
-        nodes.grow(torch.cat(chosen), policy, generator, max_steps, values)
-    kept = []
-    for tree in every_tree:
-        leaves = nodes.of_tree(tree, leaves=True)
-        pick = np.sort(branches.choice(len(leaves), size=shape.leaves, replace=False))
-        kept.append(leaves[torch.as_tensor(pick, device=device)])
-    episodes = _paths(nodes, torch.cat(kept), values)
+    for _ in range(shape.rounds):  # N draws per tree, uniform with replacement
+        inner, counts, first = nodes.by_tree(leaves=False)
+        high = counts.repeat_interleave(shape.expansions)
+        draws = torch.as_tensor(branches.integers(0, high.cpu().numpy()), device=device)
+        nodes.grow(inner[first.repeat_interleave(shape.expansions) + draws], policy,
+                   generator, max_steps, values)
+    # K leaves per tree without replacement: those with the K smallest uniform keys
+    leaves, _, first = nodes.by_tree(leaves=True)
+    keys = torch.as_tensor(branches.random(len(leaves)), device=device)
+    tree_of = nodes.tree[leaves]
+    order = torch.argsort(keys)
+    order = order[torch.argsort(tree_of[order], stable=True)]
+    rank = torch.arange(len(leaves), device=device) - first[tree_of[order]]
+    kept = leaves[order[rank < shape.leaves]]
+    kept = kept[torch.argsort(nodes.tree[kept] * len(nodes.tree) + kept)]  # tree, then id
+    episodes = _paths(nodes, kept, values)
     return episodes, len(nodes.tree) - nodes.roots
 
 
