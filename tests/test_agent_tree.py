@@ -12,7 +12,7 @@ from workbench import registry, seeds
 from workbench.testbeds import TASKS, Budget
 from workbench.testbeds.agent.keydoor import KeyDoor, generate
 from workbench.testbeds.agent.policy import Policy
-from workbench.testbeds.agent.tree import TreeShape, play_trees
+from workbench.testbeds.agent.tree import TreeShape, once_per_node, play_trees
 from workbench.validation import SpecError, validate
 
 MAX_STEPS = 10
@@ -108,6 +108,21 @@ def test_the_steps_played_count_each_node_once():
     assert played == int(ep.mask.sum()) == len(ep.node_ids[ep.mask != 0].unique())
 
 
+def test_once_per_node_keeps_each_shared_step_once_with_its_rows_mean_advantage():
+    _, ep, played = _grow(SHAPES[0])  # every leaf kept: the distinct nodes are the steps played
+    advantages = torch.randn(ep.mask.shape, generator=torch.Generator().manual_seed(0),
+                             dtype=torch.float64)
+    once, adv, ret = once_per_node(ep, advantages, 2 * advantages)
+    kept = once.mask != 0
+    assert int(kept.sum()) == played < int(ep.mask.sum())
+    assert torch.equal(ep.node_ids[kept].sort().values, ep.node_ids[ep.mask != 0].unique())
+    for row, step in kept.nonzero().tolist()[::7]:
+        sharing = (ep.node_ids == ep.node_ids[row, step]) & (ep.mask != 0)
+        assert torch.isclose(adv[row, step], advantages[sharing].mean())
+    assert torch.allclose(ret, 2 * adv)
+    assert torch.equal(once.obs, ep.obs) and torch.equal(ep.mask, (ep.node_ids >= 0).float())
+
+
 def _run(advantage: str, steps: int, **params) -> list[dict]:
     task = TASKS["keydoor"]
     methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
@@ -128,6 +143,16 @@ def test_the_loop_learns_with_tree_grpo_on_trees_and_counts_shared_steps_once():
     rows_steps = np.cumsum(lengths * 16 * 8)
     spent = np.array([m["cost/env_steps"] for m in logged])
     assert (spent < rows_steps - 0.5).all(), (spent[:3], rows_steps[:3])
+
+
+def test_counting_shared_steps_once_changes_the_updates_not_the_samples():
+    small = {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
+             "group_size": 4, "max_steps": 12, "sampling": "tree"}
+    per_leaf = _run("tree_grpo", 2, **small)
+    once = _run("tree_grpo", 2, tree_shared_steps="once", **small)
+    assert once[0]["cost/env_steps"] == per_leaf[0]["cost/env_steps"]
+    assert once[0]["adv/mean"] == per_leaf[0]["adv/mean"]  # the same first batch
+    assert once[0]["train/grad_norm"] != per_leaf[0]["train/grad_norm"]
 
 
 def test_auto_keeps_independent_rollouts_for_a_method_that_reads_no_trees():

@@ -10,7 +10,9 @@ With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_i
 rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
 environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
 path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps`` counts the steps
-played, a shared prefix once. Independent rollouts are trees of one leaf each.
+played, a shared prefix once; the loss counts a shared step in each row through it
+(``tree_shared_steps: per_leaf``, the reference's) or once (``once``). Independent rollouts
+are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
 ``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
@@ -71,6 +73,10 @@ class AgentSettings(Settings):
     tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
                                                                  "in each round")
     tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
+    tree_shared_steps: Literal["per_leaf", "once"] = Field(
+        "per_leaf", description="how the loss counts a step shared by k kept leaves: in each "
+        "of their rows with its row's advantage (per_leaf: Tree-GRPO's rows are whole paths), "
+        "or once with the mean of their advantages")
 
     @model_validator(mode="after")
     def _trees_give_enough_leaves(self):
@@ -187,7 +193,11 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = KeyDoor(eval_layouts, max_steps, device)
     critic = policy.critic is not None
-    from workbench.testbeds.agent.tree import TreeShape, play_trees  # it builds on play
+    from workbench.testbeds.agent.tree import (  # it builds on play
+        TreeShape,
+        once_per_node,
+        play_trees,
+    )
 
     trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
              else None)
@@ -215,8 +225,10 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())
-        stats = _update(policy, slots, episodes, advantages, returns if critic else None,
-                        coefficient, settings, update, success, order)
+        learned = (episodes, advantages, returns if critic else None)
+        if trees is not None and settings.tree_shared_steps == "once":
+            learned = once_per_node(*learned)
+        stats = _update(policy, slots, *learned, coefficient, settings, update, success, order)
         seconds += time.perf_counter() - started
         update += 1
         valid = episodes.mask != 0

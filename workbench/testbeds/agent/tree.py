@@ -19,11 +19,15 @@ The draws come from the ``branches`` stream, the actions from the loop's ``actio
 ``tree_ids`` name each row's tree, ``node_ids`` each step's node (the same id where rows share
 the step; -1 at padding). The steps played (every node, pruned branches included, a shared
 prefix once) are what the sampler returns as its cost.
+
+How the loss counts a step shared by k kept leaves (``tree_shared_steps``): ``per_leaf`` (the
+reference's convention) in each of its k rows with that row's advantage; ``once``
+(``once_per_node``) one step with the mean of the k advantages (and returns).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -168,3 +172,28 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
         episodes.next_values = after
     return episodes
 
+
+
+def once_per_node(episodes: Episodes, advantages: torch.Tensor, returns: torch.Tensor | None
+                  ) -> tuple[Episodes, torch.Tensor, torch.Tensor | None]:
+    """The batch with each node's step kept once: at its first row, the mean of its rows'
+    advantages (and returns); its repeats masked out."""
+    valid = episodes.mask != 0
+    nodes = episodes.node_ids[valid]
+    found, inverse, counts = torch.unique(nodes, return_inverse=True, return_counts=True)
+    where = torch.arange(len(nodes), device=nodes.device)
+    first = torch.full_like(found, len(nodes)).scatter_reduce_(0, inverse, where, "amin")
+    keep = torch.zeros(len(nodes), dtype=torch.bool, device=nodes.device)
+    keep[first] = True
+    mask = torch.zeros_like(episodes.mask)
+    mask[valid] = keep.to(mask.dtype)
+
+    def averaged(x: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(len(found), dtype=x.dtype, device=x.device).index_add_(
+            0, inverse, x[valid])
+        out = torch.zeros_like(x)
+        out[valid] = (total / counts.to(x.dtype))[inverse]
+        return out
+
+    return (replace(episodes, mask=mask), averaged(advantages),
+            None if returns is None else averaged(returns))
