@@ -73,12 +73,13 @@ def test_each_row_replays_from_the_start_to_the_same_states(shape):
                      instance_ids=[10 + r // per_instance for r in range(len(ep.mask))])
     for t in range(ep.mask.shape[1]):
         on = ep.mask[:, t] != 0
+        # the state before each step, and at padding the state the episode ended in (as play)
+        assert torch.equal(replay.get_state(), ep.states[:, t])
         assert torch.equal(replay.observe()[on], ep.obs[on, t])
         assert torch.equal(replay.anchor_keys()[on], ep.anchor_ids[on, t])
         moved = replay.step(ep.actions[:, t])
         assert torch.equal(moved.active, on)
         assert torch.equal(moved.reward[on], ep.rewards[on, t])
-        assert torch.equal(replay.get_state()[on], ep.states[on, t])
     assert bool(replay.done.all())
     assert torch.equal(ep.success, ep.rewards.sum(dim=1) > 0)
 

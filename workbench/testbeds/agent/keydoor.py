@@ -21,6 +21,7 @@ an anchor key: equal for two rows exactly when they show the same instance in th
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -182,6 +183,18 @@ class KeyDoor:
         self.pos = state[:, :2].clone()
         self.has_key, self.elapsed, self.done = state[:, 2] == 1, state[:, 3].clone(), \
             state[:, 4] == 1
+
+    def subset(self, rows: Sequence[int]) -> KeyDoor:
+        """A new batch whose row i is a copy of row ``rows[i]`` of this one (instance and
+        state; rows may repeat): continuations from one state in several rows."""
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
+        other = copy.copy(self)
+        for name in ("walls", "start", "key", "door", "goal", "instance_ids", "pos", "has_key",
+                     "elapsed", "done"):
+            setattr(other, name, getattr(self, name)[index].clone())
+        other.num_envs = len(index)
+        other.rows = torch.arange(other.num_envs, device=self.device)
+        return other
 
     # ------------------------------------------------------------------------- observations
 

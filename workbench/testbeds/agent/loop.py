@@ -5,7 +5,10 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 pool of ``train_instances``, plays each G times to the end (goal or ``max_steps``) with the
 sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
 steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
-``group_ids`` (the instance of each row) and ``anchor_ids`` (each step's observed state).
+``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state) and
+``old_log_probs``; for a method that reads ``mc_values``, the states its ``value_request``
+names are restored and played on by the sampling policy (``continuation_returns``), and those
+environment steps count in ``cost/env_steps`` like the episodes' own.
 With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
 rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
 environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
@@ -37,6 +40,7 @@ from workbench import seeds
 from workbench.families import (
     mean_over_steps,
     minibatch_epochs,
+    monte_carlo_values,
     observe_rl_stats,
     open_rl_slots,
     step_size_taken,
@@ -115,9 +119,9 @@ class Episodes:
     lengths: torch.Tensor  # (B,) long
     terminated: torch.Tensor  # (B, T) bool: the goal reached at that step
     dones: torch.Tensor  # (B, T) bool: the episode ended at that step (goal or max_steps)
+    states: torch.Tensor  # (B, T, S) the environment's state (get_state) before each step
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
-    states: torch.Tensor | None = None  # (B, T, 5) the env's state after each step (get_state)
     tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
     node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
 
@@ -125,7 +129,7 @@ class Episodes:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
         inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
                   "anchor_ids": self.anchor_ids, "dones": self.dones,
-                  "terminated": self.terminated}
+                  "terminated": self.terminated, "old_log_probs": self.log_probs}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
         rows, steps = self.mask.shape
@@ -139,19 +143,18 @@ class Episodes:
 
 
 def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
-         values: bool = False, *, reset: bool = True, states: bool = False) -> Episodes:
+         values: bool = False, *, reset: bool = True) -> Episodes:
     """Every row of ``env`` from its start (without ``reset``: from its current state) to the
     end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
     with ``values``, the value head's estimates of each state and of the state each step
-    reached; with ``states``, the env's state after each step."""
+    reached."""
     if reset:
         env.reset()
-    after_step: list[torch.Tensor] = []
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
         while not bool(env.done.all()):
-            obs, anchors = env.observe(), env.anchor_keys()
+            obs, anchors, state = env.observe(), env.anchor_keys(), env.get_state()
             dist = policy.distribution(obs)
             if generator is None:
                 actions = dist.probs.argmax(dim=1)
@@ -164,19 +167,33 @@ def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
                      else (obs.new_zeros(len(obs)),) * 2)
             steps.append((obs, actions, dist.log_prob(actions), moved.reward,
                           moved.active.float(), anchors, dist.entropy(), moved.terminated,
-                          ended, *worth))
-            if states:
-                after_step.append(env.get_state())
-    (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, now,
+                          ended, state, *worth))
+    (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, states, now,
      after) = (torch.stack(x, dim=1) for x in zip(*steps, strict=True))
     episodes = Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
-                        mask.sum(dim=1).long(), terminated, dones)
+                        mask.sum(dim=1).long(), terminated, dones, states)
     if values:
         episodes.values = torch.cat([now, after[:, -1:]], dim=1)
         episodes.next_values = after
-    if states:
-        episodes.states = torch.stack(after_step, dim=1)
     return episodes
+
+
+def continuation_returns(env: KeyDoor, states: torch.Tensor, rows: torch.Tensor, n: int,
+                         policy: Policy, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(K,) the mean return of ``n`` rollouts of ``policy`` from each of the K ``states`` (row
+    ``rows[k]`` of ``env`` restored there), and the environment steps they took."""
+    rows = rows.repeat_interleave(n)
+    branch = env.subset(rows.tolist())
+    branch.set_state(states.repeat_interleave(n, dim=0))
+    total = torch.zeros(len(rows), dtype=torch.float64, device=branch.device)
+    steps = 0
+    with torch.no_grad():
+        while not bool(branch.done.all()):
+            probs = policy.distribution(branch.observe()).probs
+            moved = branch.step(torch.multinomial(probs, 1, generator=generator).squeeze(1))
+            total += moved.reward.double()
+            steps += int(moved.active.sum())
+    return total.view(-1, n).mean(dim=1), steps
 
 
 def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
@@ -207,9 +224,10 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
+        # row r plays instance chosen[r // g] (tree sampling: row r is a leaf of one of its trees)
+        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
+                      instance_ids=[int(i) for i in chosen for _ in range(g)])
         if trees is None:
-            env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps,
-                          device, instance_ids=[int(i) for i in chosen for _ in range(g)])
             episodes = play(env, policy, rollouts, values=critic)
             played = int(episodes.mask.sum())
         else:
@@ -220,6 +238,15 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = episodes.advantage_inputs(group_ids)
+        if "mc_values" in slots.advantage_inputs:
+            def estimate(rows, columns, n, env=env, states=episodes.states):
+                return continuation_returns(env, states[rows, columns], rows, n, policy,
+                                            rollouts)
+
+            inputs["mc_values"], continued = monte_carlo_values(
+                slots.advantage, mask=episodes.mask, old_log_probs=episodes.log_probs,
+                estimate=estimate)
+            env_steps += continued
         advantages, returns = slots.advantage.compute(
             **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
         entropy = float(episodes.entropy[episodes.mask != 0].mean())

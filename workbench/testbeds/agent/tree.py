@@ -38,7 +38,7 @@ from workbench.testbeds.agent.policy import Policy
 
 # per-step fields a node keeps (``Episodes`` attributes), as played
 _FIELDS = ("obs", "actions", "log_probs", "rewards", "anchor_ids", "entropy", "terminated",
-           "dones")
+           "dones", "states")
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,16 @@ class _Nodes:
         env = KeyDoor([self.tree_layouts[t] for t in trees], max_steps, start.device,
                       instance_ids=[self.tree_instances[t] for t in trees])
         env.set_state(self.state[start])
-        played = play(env, policy, generator, values=values, reset=False, states=True)
+        played = play(env, policy, generator, values=values, reset=False)
         valid = played.mask != 0
+        # a step's state after it: the next step's state before, or the row's final state
+        after = torch.cat([played.states[:, 1:], env.get_state()[:, None]], dim=1)
         rows, steps = valid.shape
         ids = torch.full((rows, steps), -1, dtype=torch.long, device=start.device)
         ids[valid] = len(self.tree) + torch.arange(int(valid.sum()), device=start.device)
         parent = torch.cat([start[:, None], ids[:, :-1]], dim=1)
         depth = self.depth[start][:, None] + torch.arange(1, steps + 1, device=start.device)
-        self.state = torch.cat([self.state, played.states[valid]])
+        self.state = torch.cat([self.state, after[valid]])
         self.tree = torch.cat([self.tree, self.tree[start][:, None].expand(rows, steps)[valid]])
         self.parent = torch.cat([self.parent, parent[valid]])
         self.depth = torch.cat([self.depth, depth[valid]])
@@ -152,7 +154,7 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
     index = (path - nodes.roots).clamp(min=0)
 
     def gathered(name: str) -> torch.Tensor:
-        x = nodes.state[path.clamp(min=0)] if name == "state" else nodes.steps[name][index]
+        x = nodes.steps[name][index]
         keep = valid.view(rows, steps, *([1] * (x.dim() - 2)))
         return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
@@ -162,7 +164,9 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
         obs=fields["obs"], actions=fields["actions"], log_probs=fields["log_probs"],
         rewards=fields["rewards"], mask=valid.float(), anchor_ids=fields["anchor_ids"],
         entropy=fields["entropy"], success=terminated.any(dim=1), lengths=lengths,
-        terminated=terminated, dones=fields["dones"], states=gathered("state"),
+        terminated=terminated, dones=fields["dones"],
+        # as ``play`` records them: at padding, the state the episode ended in
+        states=torch.where(valid[:, :, None], fields["states"], nodes.state[leaves][:, None]),
         tree_ids=nodes.tree[leaves], node_ids=path)
     if values:
         now, after = gathered("value_now"), gathered("value_after")
