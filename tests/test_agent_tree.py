@@ -156,6 +156,16 @@ def test_counting_shared_steps_once_changes_the_updates_not_the_samples():
     assert once[0]["train/grad_norm"] != per_leaf[0]["train/grad_norm"]
 
 
+def test_monte_carlo_values_continue_from_tree_rows_states():
+    """spo_chain restores the states of tree rows (``Episodes.states``) and plays on: the same
+    first trees as grpo's, plus its continuations in cost/env_steps."""
+    small = {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
+             "group_size": 4, "max_steps": 12, "sampling": "tree"}
+    grpo, spo = _run("grpo", 1, **small), _run("spo_chain", 1, **small)
+    assert grpo[0]["train/episode_length"] == spo[0]["train/episode_length"]
+    assert spo[0]["cost/env_steps"] > grpo[0]["cost/env_steps"]
+
+
 def test_auto_keeps_independent_rollouts_for_a_method_that_reads_no_trees():
     small = {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
              "group_size": 4, "max_steps": 12}
