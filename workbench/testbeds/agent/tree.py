@@ -2,9 +2,10 @@
 trees that branch from shared prefixes, the environment restored at the branching step.
 
 For each instance, ``trees`` (M) trees; a tree's root is the instance's start, a node is one
-played step (its state: the environment's after that step), a leaf the step that ends an
-episode. Following AMAP-ML Tree-GRPO's ``generation_ts.py`` (``run_llm_loop_tree_search``,
-``TreeNode.get_expand_node``, ``TreeNode.sample_leaf``):
+played step (its state: the environment's after that step; the reference's node is one turn,
+a response and its observation), a leaf the step that ends an episode. Following AMAP-ML
+Tree-GRPO's ``generation_ts.py`` (``run_llm_loop_tree_search``, ``TreeNode.get_expand_node``,
+``TreeNode.sample_leaf``):
 
 1. each tree plays one rollout from its root to the end of its episode;
 2. ``rounds`` (L) times: each tree draws ``expansions`` (N) nodes uniformly with replacement
