@@ -1,6 +1,6 @@
 """The agent testbed through the real CLI: the key-door sweep with every estimator it
-compares (episode-level, step-level, Monte Carlo segment, PPO+GAE), shrunk, a sweep on the
-tool-use puzzle, and their reports."""
+compares (episode-level, step-level, Monte Carlo segment, tree on tree samples, PPO+GAE),
+shrunk, a sweep on the tool-use puzzle, and their reports."""
 
 from __future__ import annotations
 
@@ -36,11 +36,12 @@ def test_agent_sweep_and_report(tmp_path):
 
 def test_toolcalc_sweep_and_report(tmp_path):
     """The tool-use puzzle through the same loop, sweep and report, with each estimator kind:
-    episode-level (grpo), step-level (gigpo, hgpo) and a value head (gae)."""
+    episode-level (grpo), step-level (gigpo, hgpo), tree (tree_grpo, on tree samples) and a
+    value head (gae)."""
     spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-toolcalc.yaml").read_text())
     spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
                                   group_size=4, max_steps=8, hidden=16, eval_every=2)
-    spec["methods"]["advantage"] = ["grpo", "gigpo", "hgpo", "gae"]
+    spec["methods"]["advantage"] = ["grpo", "gigpo", "hgpo", "tree_grpo", "gae"]
     spec.update(seeds=1, trials=1, budget={"steps": 3}, sampler={"name": "random", "seed": 0})
     path = tmp_path / "toolcalc.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -49,10 +50,11 @@ def test_toolcalc_sweep_and_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split() for line in out.stdout.splitlines()]
     done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
-    assert done == {f"{m}+adam": "1/1" for m in ("grpo", "gigpo", "hgpo", "gae")}, out.stdout
+    names = ("grpo", "gigpo", "hgpo", "tree_grpo", "gae")
+    assert done == {f"{m}+adam": "1/1" for m in names}, out.stdout
     report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
                      cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     table = (tmp_path / "report" / "table_agent-advantage-toolcalc.md").read_text()
-    assert all(f"| {m}+adam" in table for m in ("grpo", "gigpo", "hgpo", "gae"))
+    assert all(f"| {m}+adam" in table for m in names)
     assert (tmp_path / "report" / "curves_train-path_ratio_step.png").exists()

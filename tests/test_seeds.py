@@ -13,7 +13,8 @@ from workbench.testbeds import Budget, get_task
 
 # The positions as first published. Append-only: a new purpose gets a new position here too.
 PINNED = {"global": 0, "data": 1, "init": 2, "batches": 3, "env": 4, "actions": 5,
-          "minibatches": 6, "prompts": 7, "rollouts": 8, "eval": 9, "baselines": 10}
+          "minibatches": 6, "prompts": 7, "rollouts": 8, "eval": 9, "baselines": 10,
+          "branches": 11}
 SEEDS = range(10)
 
 

@@ -9,7 +9,10 @@ values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four grou
 shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
 terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
 truncation), reward_baselines (8,), anchor_ids (8, 12; three states, so they recur),
-old_log_probs (8, 12) and mc_values (8, 13), float64 and seeded. It returns a pair of finite tensors
+old_log_probs (8, 12), mc_values (8, 13), tree_ids (8,; the two rows of each of two groups are
+one tree, the rows of the other groups each a tree of one leaf) and node_ids (8, 12; the rows
+of one tree share their first two steps' nodes), float64 and seeded. It returns a pair of
+finite tensors
 of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified
 in place); changing rewards, values, next_values, dones and terminated at padded positions
 changes nothing at valid ones (values of the state of a valid step or of the state after one
@@ -60,6 +63,13 @@ REQUIRABLE: Mapping[str, str] = {
                  "``value_request`` names (column t: the state step t starts from; column T: "
                  "after the last step), each the mean return of its ``continuations`` "
                  "rollouts of the sampling policy from the restored state; 0 elsewhere",
+    "tree_ids": "(B,) long: rows with the same id are leaves of one sampled tree (rollouts "
+                "grown from one root that share a prefix of steps, Tree-GRPO's tree_uid); a "
+                "tree lies within one group; a rollout sampled on its own is a tree of one leaf",
+    "node_ids": "(B, T) long: the tree node each step creates, equal exactly where rows share "
+                "that step (played once on a shared prefix, repeated in each row through it); "
+                "step t's parent node is step t - 1's (the tree's root at t = 0); any value at "
+                "padding",
 }
 
 #: The properties a method may declare in ``invariants`` for the contract to check.
@@ -145,6 +155,10 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
     dones[0, HORIZON // 4] = terminated[0, HORIZON // 4] = True  # and a terminal state
     group_ids = torch.arange(ROWS // GROUP_SIZE).repeat_interleave(GROUP_SIZE)
     group_ids = group_ids[torch.randperm(ROWS, generator=gen)]
+    # groups 0 and 1 are trees of two leaves, the rows of groups 2 and 3 trees of one leaf
+    tree_ids = torch.where(group_ids < 2, group_ids, 10 + torch.arange(ROWS))
+    node_ids = 100 * tree_ids[:, None] + torch.arange(HORIZON)  # shared prefixes ...
+    node_ids[:, 2:] += 10_000 * (1 + torch.arange(ROWS))[:, None]  # ... of two steps
     values = torch.randn((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64)
     next_values = values[:, 1:].clone()
     next_values[0, HORIZON // 2] = 3.0  # the value of the final observation at the truncation
@@ -161,6 +175,8 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "old_log_probs": torch.log(torch.rand(shape, generator=gen, dtype=torch.float64)
                                    .clamp(min=0.05)),
         "mc_values": torch.rand((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64),
+        "tree_ids": tree_ids,
+        "node_ids": node_ids,
     }
 
 
@@ -194,6 +210,9 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     if "anchor_ids" in out:  # padded steps named as the valid steps' states
         out["anchor_ids"] = torch.where(padded, torch.zeros_like(out["anchor_ids"]),
                                         out["anchor_ids"])
+    if "node_ids" in out:  # padded steps named as another row's shared node
+        out["node_ids"] = torch.where(padded, torch.full_like(out["node_ids"], 100),
+                                      out["node_ids"])
     return out
 
 

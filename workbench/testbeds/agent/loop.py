@@ -9,6 +9,13 @@ steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the 
 ``old_log_probs``; for a method that reads ``mc_values``, the states its ``value_request``
 names are restored and played on by the sampling policy (``continuation_returns``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own.
+With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
+rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
+environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
+path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps`` counts the steps
+played, a shared prefix once; the loss counts a shared step in each row through it
+(``tree_shared_steps: per_leaf``, the reference's) or once (``once``). Independent rollouts
+are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
 ``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
@@ -27,10 +34,10 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.families import (
@@ -64,6 +71,40 @@ class AgentSettings(Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
+    sampling: Literal["independent", "tree", "auto"] = Field(
+        "independent", description="independent: G rollouts of each instance; tree: the G rows "
+        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); auto: "
+        "tree exactly when the advantage method reads tree_ids")
+    tree_count: int = Field(2, ge=1, le=1024, description="M: trees per instance (tree "
+                                                            "sampling)")
+    tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
+                                                                 "in each round")
+    tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
+    tree_shared_steps: Literal["per_leaf", "once"] = Field(
+        "per_leaf", description="how the loss counts a step shared by k kept leaves: in each "
+        "of their rows with its row's advantage (per_leaf: Tree-GRPO's rows are whole paths), "
+        "or once with the mean of their advantages")
+
+    @model_validator(mode="after")
+    def _trees_give_enough_leaves(self):
+        if self.sampling == "independent":
+            return self
+        if self.group_size % self.tree_count:
+            raise ValueError(f"group_size ({self.group_size}) must be a multiple of tree_count "
+                             f"({self.tree_count}) under sampling: {self.sampling} (each tree "
+                             "gives group_size / tree_count leaves)")
+        grown = 1 + self.tree_rounds * self.tree_expansions
+        if self.group_size // self.tree_count > grown:
+            raise ValueError(f"each tree grows 1 + tree_rounds x tree_expansions = {grown} "
+                             f"leaves, fewer than the group_size / tree_count = "
+                             f"{self.group_size // self.tree_count} it must give; raise "
+                             "tree_expansions or tree_rounds, or lower group_size")
+        return self
+
+    def tree_sampling(self, advantage_inputs: frozenset[str]) -> bool:
+        """Whether rollouts grow as trees, given what the advantage method reads."""
+        return self.sampling == "tree" or (self.sampling == "auto"
+                                           and "tree_ids" in advantage_inputs)
 
 
 @dataclass
@@ -84,6 +125,8 @@ class Episodes:
     states: torch.Tensor  # (B, T, S) the environment's state (get_state) before each step
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
+    tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
+    node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
@@ -92,15 +135,24 @@ class Episodes:
                   "terminated": self.terminated, "old_log_probs": self.log_probs}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
+        rows, steps = self.mask.shape
+        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
+            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
+                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
+                       .view(rows, steps)}
+        else:
+            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
         return inputs
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
-         values: bool = False) -> Episodes:
-    """Every row of ``env`` from its start to the end of its episode; actions sampled from
-    ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
-    estimates of each state and of the state each step reached."""
-    env.reset()
+         values: bool = False, *, reset: bool = True) -> Episodes:
+    """Every row of ``env`` from its start (without ``reset``: from its current state) to the
+    end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
+    with ``values``, the value head's estimates of each state and of the state each step
+    reached."""
+    if reset:
+        env.reset()
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
@@ -162,16 +214,31 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
+    from workbench.testbeds.agent.tree import (  # it builds on play
+        TreeShape,
+        once_per_node,
+        play_trees,
+    )
+
+    trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
+             else None)
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
+        # row r plays instance chosen[r // g] (tree sampling: row r is a leaf of one of its trees)
         env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
                        instance_ids=[int(i) for i in chosen for _ in range(g)])
-        episodes = play(env, policy, rollouts, values=critic)
-        played = int(episodes.mask.sum())
+        if trees is None:
+            episodes = play(env, policy, rollouts, values=critic)
+            played = int(episodes.mask.sum())
+        else:
+            episodes, played = play_trees(
+                [train_layouts[i] for i in chosen], [int(i) for i in chosen], trees, policy,
+                rollouts, seeds.numpy_generator(seed, "branches", update), max_steps=max_steps,
+                device=device, make_env=make_env, values=critic)
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = episodes.advantage_inputs(group_ids)
@@ -191,8 +258,10 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())
-        stats = _update(policy, slots, episodes, advantages, returns if critic else None,
-                        coefficient, settings, update, success, order)
+        learned = (episodes, advantages, returns if critic else None)
+        if trees is not None and settings.tree_shared_steps == "once":
+            learned = once_per_node(*learned)
+        stats = _update(policy, slots, *learned, coefficient, settings, update, success, order)
         seconds += time.perf_counter() - started
         update += 1
         valid = episodes.mask != 0

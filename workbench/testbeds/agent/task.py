@@ -27,10 +27,11 @@ from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
 # the advantage slot's inputs this loop gives (``loop.Episodes.advantage_inputs``); values and
 # next_values come from a value head the policy gets when the advantage method reads them,
-# mc_values from continuations of the states the method names (``loop.train``)
+# mc_values from continuations of the states the method names (``loop.train``); tree_ids and
+# node_ids describe the trees of tree sampling (independent rollouts: one leaf each)
 ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
                               "terminated", "values", "next_values", "old_log_probs",
-                              "mc_values"})
+                              "mc_values", "tree_ids", "node_ids"})
 
 
 class AgentParams(TaskParams, AgentSettings):
