@@ -5,10 +5,13 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 pool of ``train_instances``, plays each G times to the end (goal or ``max_steps``) with the
 sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
 steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
-``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state) and
-``old_log_probs``; for a method that reads ``mc_values``, the states its ``value_request``
-names are restored and played on by the sampling policy (``continuation_returns``), and those
-environment steps count in ``cost/env_steps`` like the episodes' own.
+``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state),
+``old_log_probs`` and, when the method reads them and the task has a rubric judge
+(``make_judge``, ``rubric.Judge``), ``rubric`` / ``rubric_weights`` (its per-step
+annotations); for a method that reads
+``mc_values``, the states its ``value_request`` names are restored and played on by the
+sampling policy (``continuation_returns``), and those environment steps count in
+``cost/env_steps`` like the episodes' own.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
 ``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
@@ -43,6 +46,7 @@ from workbench.families import (
 )
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.rubric import JudgeFactory
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
@@ -84,6 +88,8 @@ class Episodes:
     states: torch.Tensor  # (B, T, S) the environment's state (get_state) before each step
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
+    rubric: torch.Tensor | None = None  # (B, T, C) the judge's annotations (rubric.py)
+    rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
@@ -92,15 +98,20 @@ class Episodes:
                   "terminated": self.terminated, "old_log_probs": self.log_probs}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
+        if self.rubric is not None:
+            inputs |= {"rubric": self.rubric, "rubric_weights": self.rubric_weights}
         return inputs
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
-         values: bool = False) -> Episodes:
+         values: bool = False, judge: JudgeFactory | None = None) -> Episodes:
     """Every row of ``env`` from its start to the end of its episode; actions sampled from
     ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
-    estimates of each state and of the state each step reached."""
+    estimates of each state and of the state each step reached; with a ``judge``, its rubric
+    annotations of every step (``rubric.Judge``)."""
     env.reset()
+    judging = judge(env) if judge is not None else None
+    marks: list[torch.Tensor] = []
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
@@ -112,6 +123,8 @@ def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
             else:
                 actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
             moved = env.step(actions)
+            if judging is not None:
+                marks.append(judging.after(moved))
             success |= moved.terminated
             ended = moved.terminated | moved.truncated
             worth = ((policy.value(obs), policy.value(env.observe())) if values
@@ -126,6 +139,8 @@ def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
     if values:
         episodes.values = torch.cat([now, after[:, -1:]], dim=1)
         episodes.next_values = after
+    if judging is not None:
+        episodes.rubric, episodes.rubric_weights = torch.stack(marks, dim=1), judging.weights()
     return episodes
 
 
@@ -149,8 +164,9 @@ def continuation_returns(env: AgentEnv, states: torch.Tensor, n: int, policy: Po
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
-          make_env: EnvFactory) -> dict[str, Any]:
-    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``)."""
+          make_env: EnvFactory, make_judge: JudgeFactory | None = None) -> dict[str, Any]:
+    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``);
+    ``make_judge`` its rubric judge, if the task has one (``KeyDoorJudge``)."""
     m, g = settings.instances_per_update, settings.group_size
     per_update = settings.epochs * settings.minibatches
     total_updates = budget.planned_steps(m * g * max_steps)
@@ -162,6 +178,7 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
+    judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
@@ -170,7 +187,7 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
         env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
                        instance_ids=[int(i) for i in chosen for _ in range(g)])
-        episodes = play(env, policy, rollouts, values=critic)
+        episodes = play(env, policy, rollouts, values=critic, judge=judge)
         played = int(episodes.mask.sum())
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
