@@ -10,13 +10,14 @@ shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one oth
 terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
 truncation), reward_baselines (8,), anchor_ids (8, 12; three states, so they recur),
 old_log_probs (8, 12), mc_values (8, 13), tree_ids (8,; the two rows of each of two groups are
-one tree, the rows of the other groups each a tree of one leaf) and node_ids (8, 12; the rows
-of one tree share their first two steps' nodes), float64 and seeded. It returns a pair of
-finite tensors
-of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified
-in place); changing rewards, values, next_values, dones and terminated at padded positions
-changes nothing at valid ones (values of the state of a valid step or of the state after one
-are kept); a method reading mc_values names through ``value_request`` only states valid steps
+one tree, the rows of the other groups each a tree of one leaf), node_ids (8, 12; the rows
+of one tree share their first two steps' nodes), rubric (8, 12, 3; sparse -1/0/1
+annotations, 0 at padding, one row without any) and rubric_weights (8, 3; one item weighs 0),
+float64 and seeded. It returns a pair of finite tensors of the shape of rewards; it is a pure
+function (same inputs, same outputs; inputs not modified in place); changing rewards, values,
+next_values, dones, terminated, old_log_probs, node_ids and rubric at padded positions changes
+nothing at valid ones (values of the state of a valid step or of the state after one are
+kept); a method reading mc_values names through ``value_request`` only states valid steps
 start from, with at least one continuation, and changing mc_values elsewhere changes nothing;
 each declared invariant holds (``zero_mean_per_group``: atol 1e-6).
 """
@@ -70,6 +71,13 @@ REQUIRABLE: Mapping[str, str] = {
                 "that step (played once on a shared prefix, repeated in each row through it); "
                 "step t's parent node is step t - 1's (the tree's root at t = 0); any value at "
                 "padding",
+    "rubric": "(B, T, C) float in {-1, 0, 1}: a programmatic judge's annotation of each step "
+              "for each of C rubric items: 1 where the step met the item (reached a "
+              "sub-goal), -1 where it violated it, 0 where the item does not point at it; "
+              "any value at padding. A row's score on item c is the sum over its valid steps",
+    "rubric_weights": "(B, C) float >= 0: the weight of each rubric item for the row's task "
+                      "(rows of a group share them); the judge's score of a row is "
+                      "sum_c w_c * (sum_t rubric[:, t, c])",
 }
 
 #: The properties a method may declare in ``invariants`` for the contract to check.
@@ -177,7 +185,23 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "mc_values": torch.rand((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64),
         "tree_ids": tree_ids,
         "node_ids": node_ids,
+        **_judged_inputs(mask),
     }
+
+
+def _judged_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """rubric and rubric_weights (their own stream, so the other inputs stay as they were):
+    sparse annotations of three items (0 at padding; row 1 has none), weights with one zero
+    per row."""
+    gen = torch.Generator().manual_seed(4)
+    rows, horizon = mask.shape
+    marks = torch.randint(-1, 2, (rows, horizon, 3), generator=gen).to(torch.float64)
+    keep = torch.rand((rows, horizon, 3), generator=gen) < 0.3
+    rubric = torch.where(keep & (mask[:, :, None] != 0), marks, torch.zeros_like(marks))
+    rubric[1] = 0.0  # a row without any annotated step
+    weights = torch.rand((rows, 3), generator=gen, dtype=torch.float64)
+    weights[:, 2] = 0.0
+    return {"rubric": rubric, "rubric_weights": weights / weights.sum(dim=1, keepdim=True)}
 
 
 def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -207,6 +231,9 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         kept[:, :-1] |= ~padded
         kept[:, 1:] |= ~padded
         out["mc_values"] = torch.where(kept, out["mc_values"], -noise.new_full(kept.shape, 9.0))
+    if "rubric" in out:  # padded steps annotated as meeting every item
+        out["rubric"] = torch.where(padded[:, :, None], torch.ones_like(out["rubric"]),
+                                    out["rubric"])
     if "anchor_ids" in out:  # padded steps named as the valid steps' states
         out["anchor_ids"] = torch.where(padded, torch.zeros_like(out["anchor_ids"]),
                                         out["anchor_ids"])

@@ -5,9 +5,11 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 pool of ``train_instances``, plays each G times to the end (goal or ``max_steps``) with the
 sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
 steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
-``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state) and
-``old_log_probs``; for a method that reads ``mc_values``, the states its ``value_request``
-names are restored and played on by the sampling policy (``continuation_returns``), and those
+``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state),
+``old_log_probs`` and, when the method reads them and the task has a rubric judge
+(``make_judge``, ``rubric.Judge``), ``rubric`` / ``rubric_weights`` (its per-step
+annotations); for a method that reads ``mc_values``, the states its ``value_request`` names
+are restored and played on by the sampling policy (``continuation_returns``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own.
 With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
 rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
@@ -50,6 +52,7 @@ from workbench.families import (
 )
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.rubric import JudgeFactory
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
@@ -127,6 +130,8 @@ class Episodes:
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
     tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
     node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
+    rubric: torch.Tensor | None = None  # (B, T, C) the judge's annotations (rubric.py)
+    rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
@@ -142,17 +147,25 @@ class Episodes:
                        .view(rows, steps)}
         else:
             inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
+        if self.rubric is not None:
+            inputs |= {"rubric": self.rubric, "rubric_weights": self.rubric_weights}
         return inputs
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
-         values: bool = False, *, reset: bool = True) -> Episodes:
+         values: bool = False, *, reset: bool = True,
+         judge: JudgeFactory | None = None) -> Episodes:
     """Every row of ``env`` from its start (without ``reset``: from its current state) to the
     end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
     with ``values``, the value head's estimates of each state and of the state each step
-    reached."""
+    reached; with a ``judge``, its rubric annotations of every step (``rubric.Judge``; from the
+    start only: a judge remembers the episode so far)."""
     if reset:
         env.reset()
+    elif judge is not None:
+        raise ValueError("a rubric judge needs the whole episode: play from the start")
+    judging = judge(env) if judge is not None else None
+    marks: list[torch.Tensor] = []
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
@@ -164,6 +177,8 @@ def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
             else:
                 actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
             moved = env.step(actions)
+            if judging is not None:
+                marks.append(judging.after(moved))
             success |= moved.terminated
             ended = moved.terminated | moved.truncated
             worth = ((policy.value(obs), policy.value(env.observe())) if values
@@ -178,6 +193,8 @@ def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
     if values:
         episodes.values = torch.cat([now, after[:, -1:]], dim=1)
         episodes.next_values = after
+    if judging is not None:
+        episodes.rubric, episodes.rubric_weights = torch.stack(marks, dim=1), judging.weights()
     return episodes
 
 
@@ -201,8 +218,9 @@ def continuation_returns(env: AgentEnv, states: torch.Tensor, n: int, policy: Po
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
-          make_env: EnvFactory) -> dict[str, Any]:
-    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``)."""
+          make_env: EnvFactory, make_judge: JudgeFactory | None = None) -> dict[str, Any]:
+    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``);
+    ``make_judge`` its rubric judge, if the task has one (``KeyDoorJudge``)."""
     m, g = settings.instances_per_update, settings.group_size
     per_update = settings.epochs * settings.minibatches
     total_updates = budget.planned_steps(m * g * max_steps)
@@ -222,6 +240,11 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
 
     trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
              else None)
+    judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
+    if trees is not None and judge is not None:
+        raise ValueError("sampling: tree cannot carry the rubric judge's memory of an episode "
+                         "across a restored state; use sampling: independent or auto with a "
+                         "method that reads rubric")
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
@@ -232,7 +255,7 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
                        instance_ids=[int(i) for i in chosen for _ in range(g)])
         if trees is None:
-            episodes = play(env, policy, rollouts, values=critic)
+            episodes = play(env, policy, rollouts, values=critic, judge=judge)
             played = int(episodes.mask.sum())
         else:
             episodes, played = play_trees(

@@ -22,6 +22,7 @@ from workbench.testbeds.agent.environment import EnvFactory, Instance
 from workbench.testbeds.agent.keydoor import KeyDoor
 from workbench.testbeds.agent.loop import AgentSettings, train
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.rubric import JudgeFactory, KeyDoorJudge
 from workbench.testbeds.agent.toolcalc import ToolCalc
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
@@ -32,6 +33,8 @@ from workbench.testbeds.base import Task, TaskParams, cpu_threads
 ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
                               "terminated", "values", "next_values", "old_log_probs",
                               "mc_values", "tree_ids", "node_ids"})
+# a task with a rubric judge (``AgentTask.judge``) gives its annotations too
+RUBRIC_INPUTS = frozenset({"rubric", "rubric_weights"})
 
 
 class AgentParams(TaskParams, AgentSettings):
@@ -84,9 +87,11 @@ class ToolCalcParams(AgentParams):
 
 class AgentTask(Task):
     """What the agent tasks share: slots, defaults, inputs, metrics and the run. A subclass
-    names its environment class (``environment``) and draws its instances (``instance``)."""
+    names its environment class (``environment``), its rubric judge if it has one (``judge``)
+    and draws its instances (``instance``)."""
 
     environment: ClassVar[EnvFactory]
+    judge: ClassVar[JudgeFactory | None] = None  # with one, provides RUBRIC_INPUTS too
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam", "batch_size": "constant", "entropy": "constant",
                        "advantage": "grpo"}
@@ -122,7 +127,7 @@ class AgentTask(Task):
             return train(train_layouts, eval_layouts, policy, methods,
                          AgentSettings.from_flat(params), max_steps=params.max_steps,
                          budget=budget, seed=seed, log=log, device=device,
-                         make_env=self.environment)
+                         make_env=self.environment, make_judge=self.judge)
 
 
 class KeyDoorTask(AgentTask):
@@ -131,6 +136,8 @@ class KeyDoorTask(AgentTask):
                    "states for step-level advantages (critic-free)")
     Params = KeyDoorParams
     environment = KeyDoor
+    judge = KeyDoorJudge
+    provides = AgentTask.provides | RUBRIC_INPUTS
 
     def instance(self, params, split, index):
         return keydoor.generate(params.instance_seed, split, index, params.size,
