@@ -3,13 +3,14 @@ environment at a time, in one run.
 
     .venv/bin/python benchmarks/agent_env.py
 
-Both sides play key-door instances (size 6) to the end of their episodes with the same small
-policy network (sampled actions): ``KeyDoor`` steps N instances as tensors with one policy
-forward per step for all of them (N = 1, 64, 4,096); the baseline steps N single environments
-written in plain Python (tuples, the same rules) one after another, with one policy forward per
-environment per step, as a loop over ``gym.Env`` instances would. The figure is env steps/s and
-its ratio to the baseline at the same N (the baseline at 4,096 is timed on 256 environments
-and scaled: it is linear in N).
+For each agent environment, both sides play its instances (key-door: size 6; tool-use puzzle:
+the task's defaults, 4 tools, values 0 .. 30) to the end of their episodes with the same small
+policy network (sampled actions): ``KeyDoor`` / ``ToolCalc`` step N instances as tensors with
+one policy forward per step for all of them (N = 1, 64, 4,096); the baseline steps N single
+environments written in plain Python (the same rules) one after another, with one policy
+forward per environment per step, as a loop over ``gym.Env`` instances would. The figure is env
+steps/s and its ratio to the baseline at the same N (the baseline at 4,096 is timed on 256
+environments and scaled: it is linear in N).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import time
 
 import torch
 
-from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, generate
+from workbench.testbeds.agent import keydoor, toolcalc
+from workbench.testbeds.agent.keydoor import MOVES, KeyDoor
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.toolcalc import KINDS, ToolCalc
 
 MAX_STEPS = 30
+TOOL_STEPS = 12
 
 
 class OneGrid:
@@ -57,8 +61,39 @@ class OneGrid:
         return self.observe(), float(goal), goal or self.t >= MAX_STEPS
 
 
-def batched(layouts, policy, generator) -> tuple[int, float]:
-    env = KeyDoor(layouts, MAX_STEPS)
+class OnePuzzle:
+    """One tool-use puzzle in plain Python, the rules and observation of ``ToolCalc``."""
+
+    def __init__(self, puzzle):
+        self.puzzle, self.top = puzzle, puzzle.max_value
+
+    def reset(self):
+        self.value, self.t = self.puzzle.start, 0
+        return self.observe()
+
+    def observe(self) -> torch.Tensor:
+        top, target = self.top, self.puzzle.target
+        features = [0.0] * (2 * (top + 1))
+        features[self.value] = features[top + 1 + target] = 1.0
+        features += [self.value / top, target / top]
+        for kind, p in self.puzzle.tools:
+            result = toolcalc.call((kind, p), self.value, top)
+            works, after = result is not None, self.value if result is None else result
+            features += [float(kind == k) for k in KINDS]
+            features += [float(p == q) for q in range(self.puzzle.max_operand + 1)]
+            features += [float(works), float(after == target), after / top,
+                         (after - target) / top]
+        return torch.tensor(features)
+
+    def step(self, action: int):
+        self.value = toolcalc.apply(self.puzzle.tools[action], self.value, self.top)
+        self.t += 1
+        goal = self.value == self.puzzle.target
+        return self.observe(), float(goal), goal or self.t >= TOOL_STEPS
+
+
+def batched(make_env, max_steps, layouts, policy, generator) -> tuple[int, float]:
+    env = make_env(layouts, max_steps)
     started, steps = time.perf_counter(), 0
     with torch.no_grad():
         while not bool(env.done.all()):
@@ -68,11 +103,11 @@ def batched(layouts, policy, generator) -> tuple[int, float]:
     return steps, time.perf_counter() - started
 
 
-def one_by_one(layouts, policy, generator) -> tuple[int, float]:
+def one_by_one(one_env, layouts, policy, generator) -> tuple[int, float]:
     started, steps = time.perf_counter(), 0
     with torch.no_grad():
         for layout in layouts:
-            env = OneGrid(layout)
+            env = one_env(layout)
             obs, done = env.reset(), False
             while not done:
                 probs = policy.distribution(obs[None]).probs
@@ -84,17 +119,25 @@ def one_by_one(layouts, policy, generator) -> tuple[int, float]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    layouts = [generate(0, 0, i, size=6) for i in range(4096)]
-    torch.manual_seed(0)
-    policy = Policy(KeyDoor(layouts[:1], MAX_STEPS).obs_dim, len(MOVES), 128, 2)
-    generator = torch.Generator().manual_seed(0)
-    print(f"{'N':>6} {'batched steps/s':>16} {'one by one':>12} {'ratio':>7}")
-    for n in (1, 64, 4096):
-        ours = batched(layouts[:n], policy, generator)
-        timed = min(n, 256)
-        theirs = one_by_one(layouts[:timed], policy, generator)
-        ours_rate, theirs_rate = ours[0] / ours[1], theirs[0] / theirs[1]
-        print(f"{n:>6} {ours_rate:>16,.0f} {theirs_rate:>12,.0f} {ours_rate / theirs_rate:>6.1f}x")
+    environments = {
+        "keydoor": ([keydoor.generate(0, 0, i, size=6) for i in range(4096)], KeyDoor, OneGrid,
+                    MAX_STEPS),
+        "toolcalc": ([toolcalc.generate(0, 0, i) for i in range(4096)], ToolCalc, OnePuzzle,
+                     TOOL_STEPS),
+    }
+    print(f"{'env':>9} {'N':>6} {'batched steps/s':>16} {'one by one':>12} {'ratio':>7}")
+    for name, (layouts, make_env, one_env, max_steps) in environments.items():
+        torch.manual_seed(0)
+        probe = make_env(layouts[:1], max_steps)
+        policy = Policy(probe.obs_dim, probe.n_actions, 128, 2)
+        generator = torch.Generator().manual_seed(0)
+        for n in (1, 64, 4096):
+            ours = batched(make_env, max_steps, layouts[:n], policy, generator)
+            timed = min(n, 256)
+            theirs = one_by_one(one_env, layouts[:timed], policy, generator)
+            ours_rate, theirs_rate = ours[0] / ours[1], theirs[0] / theirs[1]
+            print(f"{name:>9} {n:>6} {ours_rate:>16,.0f} {theirs_rate:>12,.0f} "
+                  f"{ours_rate / theirs_rate:>6.1f}x")
 
 
 if __name__ == "__main__":

@@ -40,3 +40,37 @@ def test_a_seed_reproduces_the_run_and_another_seed_differs():
     assert repr(strip) == repr([{k: v for k, v in m.items() if k not in drop} for m in again])
     other = _run("gigpo", 3, seed=1, **small)
     assert [m["train/episode_length"] for m in other] != [m["train/episode_length"] for m in one]
+
+
+def test_spo_chain_learns_and_its_continuations_count_as_environment_steps():
+    logged = _run("spo_chain", 40)
+    first = logged[0]["train/success"]
+    last = sum(m["train/success"] for m in logged[-5:]) / 5
+    assert last >= first + 0.25, (first, last)
+    # cost/env_steps counts the continuations too: more than the episodes' own steps
+    played = [m["train/episode_length"] * 16 * 8 for m in logged[:3]]
+    assert logged[0]["cost/env_steps"] > played[0] * 1.5
+
+
+def test_continuations_from_a_restored_state_are_the_policy_s_returns():
+    from workbench.testbeds.agent.keydoor import KeyDoor, generate, plan
+    from workbench.testbeds.agent.loop import continuation_returns
+    from workbench.testbeds.agent.policy import Policy
+
+    layout = generate(0, 0, 0, 6, 0.0)
+    moves = plan(layout.walls, layout.start, layout.key, layout.door, layout.goal)
+    env = KeyDoor([layout, layout], 30)
+    for move in moves[:-1]:  # row 0 one move from the goal; row 1 as well, with 1 move left
+        env.step(torch.tensor([move, move]))
+    states = env.get_state()
+    states[1, 3] = 29
+    policy = Policy(env.obs_dim, 4, 16, 1)
+    gen = torch.Generator().manual_seed(0)
+    branch = KeyDoor([layout] * 800, 30)
+    returns, steps = continuation_returns(branch, states, 400, policy, gen)
+    # row 0 reaches the goal sooner or later in most continuations; row 1 only when its one
+    # move is the right one: about the policy's probability of that move
+    probs = policy.distribution(env.observe()).probs[1, moves[-1]].detach()
+    assert 0.5 < returns[0] <= 1.0
+    assert abs(float(returns[1]) - float(probs)) < 0.08
+    assert steps > 400 * 2  # every continuation moved at least once

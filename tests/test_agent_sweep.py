@@ -1,5 +1,6 @@
-"""The agent testbed through the real CLI: a sweep of an episode-level and a step-level
-estimator on the key-door task, and its report."""
+"""The agent testbed through the real CLI: the key-door sweep with every estimator it
+compares (episode-level, step-level, Monte Carlo segment, tree on tree samples, PPO+GAE),
+shrunk, a sweep on the tool-use puzzle, and their reports."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ def test_agent_sweep_and_report(tmp_path):
     spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-keydoor.yaml").read_text())
     spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
                                   group_size=4, max_steps=12, hidden=16, eval_every=2)
-    spec["methods"]["advantage"] = ["grpo", "gigpo"]
-    spec.update(seeds=2, trials=2, budget={"steps": 4},
+    spec.update(seeds=2, trials=1, budget={"steps": 3},
                 sampler={"name": "random", "seed": 0})
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -21,12 +21,40 @@ def test_agent_sweep_and_report(tmp_path):
     out = run_cli("sweep", path, "--storage", store, "--quiet", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split() for line in out.stdout.splitlines()]
+    labels = [m if isinstance(m, str) else m.get("label", m["name"])
+              for m in spec["methods"]["advantage"]]
     done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
-    assert done == {"grpo+adam": "2/2", "gigpo+adam": "2/2"}, out.stdout
+    assert done == {f"{label}+adam": "1/1" for label in labels}, out.stdout
     report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
                      cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     table = (tmp_path / "report" / "table_agent-advantage-keydoor.md").read_text()
-    assert "| grpo+adam" in table and "| gigpo+adam" in table
+    assert all(f"| {label}+adam" in table for label in labels), table
     for figure in ("curves_train-success_step", "curves_eval-success_cost-env_steps"):
         assert (tmp_path / "report" / f"{figure}.png").exists(), figure
+
+
+def test_toolcalc_sweep_and_report(tmp_path):
+    """The tool-use puzzle through the same loop, sweep and report, with each estimator kind:
+    episode-level (grpo), step-level (gigpo, hgpo), tree (tree_grpo, on tree samples) and a
+    value head (gae)."""
+    spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-toolcalc.yaml").read_text())
+    spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
+                                  group_size=4, max_steps=8, hidden=16, eval_every=2)
+    spec["methods"]["advantage"] = ["grpo", "gigpo", "hgpo", "tree_grpo", "gae"]
+    spec.update(seeds=1, trials=1, budget={"steps": 3}, sampler={"name": "random", "seed": 0})
+    path = tmp_path / "toolcalc.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    store = f"sqlite:///{tmp_path / 'toolcalc.db'}"
+    out = run_cli("sweep", path, "--storage", store, "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
+    names = ("grpo", "gigpo", "hgpo", "tree_grpo", "gae")
+    assert done == {f"{m}+adam": "1/1" for m in names}, out.stdout
+    report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
+                     cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    table = (tmp_path / "report" / "table_agent-advantage-toolcalc.md").read_text()
+    assert all(f"| {m}+adam" in table for m in names)
+    assert (tmp_path / "report" / "curves_train-path_ratio_step.png").exists()

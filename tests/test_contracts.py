@@ -177,6 +177,14 @@ def test_advantage_inputs_have_the_documented_shapes_and_padding():
     assert inputs["group_ids"].dtype == torch.long
     assert sorted(torch.bincount(inputs["group_ids"]).tolist()) == [2, 2, 2, 2]
     assert (inputs["mask"] == 0).any() and bool(inputs["mask"][0].all())
+    trees, groups = inputs["tree_ids"], inputs["group_ids"]
+    assert sorted(torch.unique(trees, return_counts=True)[1].tolist()) == [1, 1, 1, 1, 2, 2]
+    for tree in trees.unique():  # a tree lies within one group; its rows share two steps
+        rows = trees == tree
+        assert len(groups[rows].unique()) == 1
+        nodes = inputs["node_ids"][rows]
+        assert bool((nodes[:, :2] == nodes[:1, :2]).all())
+        assert rows.sum() == 1 or len(nodes[:, 2].unique()) == int(rows.sum())
 
 
 def test_the_check_command_reports_in_plain_words(registered, capsys):

@@ -33,6 +33,7 @@ RUNS = [
     ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gae", {})}),
+    ("toolcalc", TINY_AGENT, {"advantage": ("hgpo", {})}),
 ]
 
 

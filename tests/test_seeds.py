@@ -13,7 +13,8 @@ from workbench.testbeds import Budget, get_task
 
 # The positions as first published. Append-only: a new purpose gets a new position here too.
 PINNED = {"global": 0, "data": 1, "init": 2, "batches": 3, "env": 4, "actions": 5,
-          "minibatches": 6, "prompts": 7, "rollouts": 8, "eval": 9, "baselines": 10}
+          "minibatches": 6, "prompts": 7, "rollouts": 8, "eval": 9, "baselines": 10,
+          "branches": 11}
 SEEDS = range(10)
 
 
@@ -118,6 +119,8 @@ def run_task(task_name: str, seed: int, steps: int, **params) -> list[tuple[int,
 @pytest.mark.parametrize("task_name, params", [
     ("cartpole", {"num_envs": 4, "rollout_len": 16}),  # env, init, actions, minibatches
     ("logreg", {"n_samples": 64, "batch_size": 8}),  # data, init, batches
+    ("toolcalc", {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
+                  "group_size": 4, "hidden": 16}),  # instances, init, actions, minibatches
 ])
 def test_a_run_is_reproducible_and_leaves_the_global_rng_alone(task_name, params):
     torch.manual_seed(123)

@@ -549,6 +549,17 @@ def cmd_credit(args) -> int:
 # ----------------------------------------------------------------------------------- parser
 
 
+def _server_parser(sub, name: str, help: str, port: int, func) -> None:
+    """A command that serves a web page on a sweep's store (``ui``, ``dashboard``)."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
+    p.add_argument("--storage")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to listen on (default 127.0.0.1: this machine only)")
+    p.set_defaults(func=func)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from workbench import __version__
 
@@ -609,22 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("dashboard", help="Optuna's dashboard on the store's studies, on "
-                                         "127.0.0.1 (search spaces, importances, history)")
-    p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
-    p.add_argument("--storage")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface to listen on (default 127.0.0.1: this machine only)")
-    p.set_defaults(func=cmd_dashboard)
-
-    p = sub.add_parser("ui", help="the MLflow UI on the store, on 127.0.0.1")
-    p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
-    p.add_argument("--storage")
-    p.add_argument("--port", type=int, default=5000)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface to listen on (default 127.0.0.1: this machine only)")
-    p.set_defaults(func=cmd_ui)
+    _server_parser(sub, "dashboard", "Optuna's dashboard on the store's studies, on 127.0.0.1 "
+                   "(search spaces, importances, history)", 8080, cmd_dashboard)
+    _server_parser(sub, "ui", "the MLflow UI on the store, on 127.0.0.1", 5000, cmd_ui)
 
     p = sub.add_parser("report", help="rebuild figures and tables from the store")
     p.add_argument("spec", nargs="?",

@@ -38,6 +38,7 @@ PURPOSES: dict[str, int] = {
     "rollouts": 8,  # sampled completions, keyed by (step, draw)
     "eval": 9,  # sampled evaluation (pass@k)
     "baselines": 10,  # greedy baseline rollouts, keyed by step
+    "branches": 11,  # the nodes a tree sampler expands and the leaves it keeps, keyed by step
 }
 
 _INT_SEED_MASK = (1 << 63) - 1

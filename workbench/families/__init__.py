@@ -15,7 +15,7 @@ A method's ``requires`` names what the task must provide (``Task.provides``, nam
 
 from workbench.families import advantage, batch_size, entropy, step_size
 from workbench.families._checks import ContractViolation, configurations
-from workbench.families.advantage import AdvantageMethod
+from workbench.families.advantage import AdvantageMethod, ValueRequest, monte_carlo_values
 from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
 from workbench.families.checks import check, check_all
 from workbench.families.entropy import EntropyMethod, EntropySlot, LossAdjustment
@@ -36,7 +36,7 @@ REQUIRABLE: frozenset[str] = frozenset().union(
 __all__ = [
     "REQUIRABLE", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod", "BatchSlot",
     "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
-    "StepSizeMethod", "open_rl_slots",
+    "StepSizeMethod", "ValueRequest", "monte_carlo_values", "open_rl_slots",
     "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "step_size", "step_size_taken",
 ]

@@ -1,22 +1,31 @@
 """The advantage family: the pure function a method implements, the inputs it may require
 and the contract check. Its caller side is one call: ``method.compute(**inputs)`` with the
-inputs ``method.requirements(method.params)`` names.
+inputs ``method.requirements(method.params)`` names; a method that reads Monte Carlo state
+values (``mc_values``) first names the states through ``value_request``, and the loop fills
+them with ``monte_carlo_values`` (here) and its own rollouts.
 
 Contract check: ``compute`` gets the inputs its ``requirements`` name among rewards (8, 12),
 values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four groups of two,
 shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
 terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
-truncation), reward_baselines (8,) and anchor_ids (8, 12; three states, so they recur), float64
-and seeded. It returns a pair of finite tensors
-of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not modified
-in place); changing rewards, values, next_values, dones and terminated at padded positions
-changes nothing at valid ones (values of the state of a valid step or of the state after one
-are kept); each declared invariant holds (``zero_mean_per_group``: atol 1e-6).
+truncation), reward_baselines (8,), anchor_ids (8, 12; three states, so they recur),
+old_log_probs (8, 12), mc_values (8, 13), tree_ids (8,; the two rows of each of two groups are
+one tree, the rows of the other groups each a tree of one leaf), node_ids (8, 12; the rows
+of one tree share their first two steps' nodes), rubric (8, 12, 3; sparse -1/0/1
+annotations, 0 at padding, one row without any) and rubric_weights (8, 3; one item weighs 0),
+float64 and seeded. It returns a pair of finite tensors of the shape of rewards; it is a pure
+function (same inputs, same outputs; inputs not modified in place); changing rewards, values,
+next_values, dones, terminated, old_log_probs, node_ids and rubric at padded positions changes
+nothing at valid ones (values of the state of a valid step or of the state after one are
+kept); a method reading mc_values names through ``value_request`` only states valid steps
+start from, with at least one continuation, and changing mc_values elsewhere changes nothing;
+each declared invariant holds (``zero_mean_per_group``: atol 1e-6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -49,6 +58,26 @@ REQUIRABLE: Mapping[str, str] = {
                         "answer)",
     "anchor_ids": "(B, T) long: a key per step, equal where two steps start from the same "
                   "observed state (GiGPO's anchor states); any value at padding",
+    "old_log_probs": "(B, T) float: the log-probability of each step's action (token) under "
+                     "the policy that sampled it",
+    "mc_values": "(B, T + 1) float: Monte Carlo values of the states the method's "
+                 "``value_request`` names (column t: the state step t starts from; column T: "
+                 "after the last step), each the mean return of its ``continuations`` "
+                 "rollouts of the sampling policy from the restored state; 0 elsewhere",
+    "tree_ids": "(B,) long: rows with the same id are leaves of one sampled tree (rollouts "
+                "grown from one root that share a prefix of steps, Tree-GRPO's tree_uid); a "
+                "tree lies within one group; a rollout sampled on its own is a tree of one leaf",
+    "node_ids": "(B, T) long: the tree node each step creates, equal exactly where rows share "
+                "that step (played once on a shared prefix, repeated in each row through it); "
+                "step t's parent node is step t - 1's (the tree's root at t = 0); any value at "
+                "padding",
+    "rubric": "(B, T, C) float in {-1, 0, 1}: a programmatic judge's annotation of each step "
+              "for each of C rubric items: 1 where the step met the item (reached a "
+              "sub-goal), -1 where it violated it, 0 where the item does not point at it; "
+              "any value at padding. A row's score on item c is the sum over its valid steps",
+    "rubric_weights": "(B, C) float >= 0: the weight of each rubric item for the row's task "
+                      "(rows of a group share them); the judge's score of a row is "
+                      "sum_c w_c * (sum_t rubric[:, t, c])",
 }
 
 #: The properties a method may declare in ``invariants`` for the contract to check.
@@ -56,6 +85,16 @@ KNOWN_INVARIANTS: Mapping[str, str] = {
     "zero_mean_per_group": "within each group the advantages average to 0 over its valid "
                            "positions (every valid token counts once)",
 }
+
+
+@dataclass(frozen=True)
+class ValueRequest:
+    """The states a method wants Monte Carlo values of (``mc_values``): ``points`` (B, T + 1)
+    bool, True at the column of each such state, each estimated from ``continuations``
+    rollouts."""
+
+    points: torch.Tensor
+    continuations: int
 
 
 class AdvantageMethod(Method):
@@ -71,6 +110,36 @@ class AdvantageMethod(Method):
 
     def compute(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def value_request(self, *, mask: torch.Tensor, old_log_probs: torch.Tensor
+                      ) -> ValueRequest | None:
+        """For a method that requires ``mc_values``: which states' values it reads, from the
+        rollouts alone (before any continuation is played). Only states a valid step starts
+        from may be named."""
+        return None
+
+
+# caller side ------------------------------------------------------------------------------------
+
+#: estimate(rows, columns, n) -> (K,) mean return of n rollouts from each named state (row
+#: ``rows[k]``'s state before step ``columns[k]``), and the environment steps they took
+Estimate = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, int]]
+
+
+def monte_carlo_values(method: AdvantageMethod, *, mask: torch.Tensor,
+                       old_log_probs: torch.Tensor, estimate: Estimate
+                       ) -> tuple[torch.Tensor, int]:
+    """``mc_values`` (B, T + 1) for ``method``: its ``value_request`` estimated by the loop's
+    ``estimate`` (0 at the states it did not name), and the environment steps that took."""
+    rows, steps = mask.shape
+    values = torch.zeros(rows, steps + 1, dtype=torch.float64, device=mask.device)
+    request = method.value_request(mask=mask, old_log_probs=old_log_probs)
+    if request is None or not bool(request.points.any()):
+        return values, 0
+    row, column = request.points.nonzero(as_tuple=True)
+    found, used = estimate(row, column, int(request.continuations))
+    values[row, column] = found.to(values.dtype)
+    return values, int(used)
 
 
 # contract check --------------------------------------------------------------------------------
@@ -94,6 +163,10 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
     dones[0, HORIZON // 4] = terminated[0, HORIZON // 4] = True  # and a terminal state
     group_ids = torch.arange(ROWS // GROUP_SIZE).repeat_interleave(GROUP_SIZE)
     group_ids = group_ids[torch.randperm(ROWS, generator=gen)]
+    # groups 0 and 1 are trees of two leaves, the rows of groups 2 and 3 trees of one leaf
+    tree_ids = torch.where(group_ids < 2, group_ids, 10 + torch.arange(ROWS))
+    node_ids = 100 * tree_ids[:, None] + torch.arange(HORIZON)  # shared prefixes ...
+    node_ids[:, 2:] += 10_000 * (1 + torch.arange(ROWS))[:, None]  # ... of two steps
     values = torch.randn((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64)
     next_values = values[:, 1:].clone()
     next_values[0, HORIZON // 2] = 3.0  # the value of the final observation at the truncation
@@ -107,7 +180,28 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "next_values": next_values,
         "reward_baselines": torch.randn(ROWS, generator=gen, dtype=torch.float64),
         "anchor_ids": torch.randint(0, 3, shape, generator=gen),  # states recur
+        "old_log_probs": torch.log(torch.rand(shape, generator=gen, dtype=torch.float64)
+                                   .clamp(min=0.05)),
+        "mc_values": torch.rand((ROWS, HORIZON + 1), generator=gen, dtype=torch.float64),
+        "tree_ids": tree_ids,
+        "node_ids": node_ids,
+        **_judged_inputs(mask),
     }
+
+
+def _judged_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """rubric and rubric_weights (their own stream, so the other inputs stay as they were):
+    sparse annotations of three items (0 at padding; row 1 has none), weights with one zero
+    per row."""
+    gen = torch.Generator().manual_seed(4)
+    rows, horizon = mask.shape
+    marks = torch.randint(-1, 2, (rows, horizon, 3), generator=gen).to(torch.float64)
+    keep = torch.rand((rows, horizon, 3), generator=gen) < 0.3
+    rubric = torch.where(keep & (mask[:, :, None] != 0), marks, torch.zeros_like(marks))
+    rubric[1] = 0.0  # a row without any annotated step
+    weights = torch.rand((rows, 3), generator=gen, dtype=torch.float64)
+    weights[:, 2] = 0.0
+    return {"rubric": rubric, "rubric_weights": weights / weights.sum(dim=1, keepdim=True)}
 
 
 def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -130,9 +224,22 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     for name in ("dones", "terminated"):
         if name in out:
             out[name] = torch.where(padded, ~out[name], out[name])
+    if "old_log_probs" in out:
+        out["old_log_probs"] = torch.where(padded, -noise, out["old_log_probs"])
+    if "mc_values" in out:  # a state after the last valid step may be named: keep it
+        kept = torch.zeros(out["mc_values"].shape, dtype=torch.bool)
+        kept[:, :-1] |= ~padded
+        kept[:, 1:] |= ~padded
+        out["mc_values"] = torch.where(kept, out["mc_values"], -noise.new_full(kept.shape, 9.0))
+    if "rubric" in out:  # padded steps annotated as meeting every item
+        out["rubric"] = torch.where(padded[:, :, None], torch.ones_like(out["rubric"]),
+                                    out["rubric"])
     if "anchor_ids" in out:  # padded steps named as the valid steps' states
         out["anchor_ids"] = torch.where(padded, torch.zeros_like(out["anchor_ids"]),
                                         out["anchor_ids"])
+    if "node_ids" in out:  # padded steps named as another row's shared node
+        out["node_ids"] = torch.where(padded, torch.full_like(out["node_ids"], 100),
+                                      out["node_ids"])
     return out
 
 
@@ -185,9 +292,43 @@ def check_configuration(cls, overrides, method) -> None:
                     f"changing rewards/values/dones at padded positions (mask == 0) changed its "
                     f"{name} at valid positions (by {float(change.max()):.3g} at row {row}, "
                     f"step {step}); padding must not leak into valid results")
+    if "mc_values" in inputs:
+        problems += _value_request_problems(method, inputs, out, valid)
     problems += _invariant_problems(cls, out[0], full["group_ids"], valid)
     if problems:
         raise ContractViolation(*problems)
+
+
+def _value_request_problems(method, inputs, out, valid) -> list[str]:
+    """A method reading ``mc_values`` names, through ``value_request``, states valid steps
+    start from, and reads no other column of ``mc_values``."""
+    mask = inputs.get("mask", valid.double())
+    log_probs = inputs.get("old_log_probs", torch.zeros(mask.shape, dtype=torch.float64))
+    request = guarded("in value_request()",
+                      lambda: method.value_request(mask=mask.clone(),
+                                                   old_log_probs=log_probs.clone()))
+    if not isinstance(request, ValueRequest):
+        return [f"requires mc_values but value_request() returned {type(request).__name__}; it "
+                "must return a ValueRequest naming the states it reads"]
+    points = request.points
+    if (not isinstance(points, torch.Tensor) or points.dtype != torch.bool
+            or tuple(points.shape) != (ROWS, HORIZON + 1)):
+        return [f"value_request() points must be a bool tensor of shape {(ROWS, HORIZON + 1)}"]
+    problems = []
+    if not isinstance(request.continuations, int) or request.continuations < 1:
+        problems.append(f"value_request() asks for {request.continuations!r} continuations; it "
+                        "must be an int >= 1")
+    if bool((points[:, :-1] & ~valid).any()) or bool(points[:, -1].any()):
+        problems.append("value_request() names a state no valid step starts from")
+    moved = dict(inputs, mc_values=torch.where(points, inputs["mc_values"],
+                                               inputs["mc_values"] + 7.0))
+    again = _compute(method, moved, "in compute() with mc_values changed where not requested",
+                     problems)
+    if not all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(out, again,
+                                                                           strict=True)):
+        problems.append("compute() reads mc_values at states its value_request() did not name "
+                        "(the loop estimates only the named ones)")
+    return problems
 
 
 def _invariant_problems(cls, advantages, group_ids, valid) -> Iterator[str]:

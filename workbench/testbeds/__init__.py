@@ -28,6 +28,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "rlvr-arith": ("workbench.testbeds.rlvr.task", "RLVRArith"),
     "rlvr-countdown": ("workbench.testbeds.rlvr.task", "RLVRCountdown"),
     "keydoor": ("workbench.testbeds.agent.task", "KeyDoorTask"),
+    "toolcalc": ("workbench.testbeds.agent.task", "ToolCalcTask"),
 }
 
 

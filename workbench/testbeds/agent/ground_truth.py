@@ -1,8 +1,8 @@
 """The true advantage of a step, against which step-level estimators are measured.
 
-For a fixed policy pi (a function of what a row observes) on one key-door instance with the
-undiscounted return and a ``max_steps`` limit, the advantage of action a in state s after t
-moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
+For a fixed policy pi (a function of what a row observes) on one instance (key-door, tool-use
+puzzle: any ``environment.AgentEnv``) with the undiscounted return and a ``max_steps`` limit,
+the advantage of action a in state s after t moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
 
     Q_t(s, a) = r(s, a) + [s' not terminal] V_{t+1}(s'),    V_t(s) = sum_a pi(a | s) Q_t(s, a),
     V_{max_steps}(s) = 0,
@@ -10,17 +10,22 @@ moves is A_t(s, a) = Q_t(s, a) - V_t(s), with
 s' the state the move leads to and r = 1 where it reaches the goal.
 
 - ``exact_advantages``: dynamic programming over (moves made, key held, cell), exact for a
-  small instance.
+  small key-door instance.
+- ``exact_advantages_over``: the same for any environment, over a given list of its observed
+  states (closed under its moves), the moves taken by the environment itself and the next
+  state found by its anchor key.
 - ``monte_carlo_advantages``: the protocol that works where no table fits. It restores each
-  sampled state in ``n`` rows (``KeyDoor.set_state``), takes the action and follows pi to the
-  episode's end for Q, and follows pi from the state for V: A = mean(Q) - mean(V) with its
-  standard error sqrt(var(Q)/n + var(V)/n), the two sets independent.
+  sampled state in ``n`` rows (``set_state``; ``make_env`` builds the environment), takes the
+  action and follows pi to the episode's end for Q, and follows pi from the state for V:
+  A = mean(Q) - mean(V) with its standard error sqrt(var(Q)/n + var(V)/n), the two sets
+  independent.
 
-- ``continuation_returns``: the returns behind it, (K, n) for Q and for V, for states of many
-  instances at once (each state with its own layout and instance id), so a caller can average
-  the first N <= n of them for several N.
+- ``q_and_v_returns``: the returns behind it, (K, n) for Q and for V, for states of many
+  instances at once (each state with its own instance and instance id), so a caller can average
+  the first N <= n of them for several N (``workbench credit``).
 
-tests/test_agent_ground_truth.py checks that the second recovers the first within its interval.
+tests/test_agent_ground_truth.py checks that the Monte Carlo protocol recovers the exact
+advantages within its interval (key-door and tool-use), and that the two exact ones agree.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, Layout
 
-#: pi: the action probabilities (rows, 4) of every row of ``env`` in its current state
-PolicyProbs = Callable[[KeyDoor], torch.Tensor]
+#: pi: the action probabilities (rows, actions) of every row of ``env`` in its current state
+PolicyProbs = Callable[[AgentEnv], torch.Tensor]
 
 
 def exact_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
@@ -69,46 +75,80 @@ def exact_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int
     return value, q
 
 
-def monte_carlo_advantages(layout: Layout, probs_of: PolicyProbs, max_steps: int,
+def exact_advantages_over(instance: Instance, states: torch.Tensor, probs_of: PolicyProbs,
+                          max_steps: int, make_env: EnvFactory
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(V, Q): V[t, s] and Q[t, s, a] for t = 0 .. max_steps (Q to max_steps - 1) over the S
+    observed ``states`` of ``instance`` (``get_state`` rows, episodes not ended), which must
+    hold every state their actions lead to (ValueError names one that is missing)."""
+    count = len(states)
+    probe = make_env([instance] * count, max_steps, instance_ids=[0] * count)
+    probe.set_state(states)
+    index = {key: i for i, key in enumerate(probe.anchor_keys().tolist())}
+    if len(index) != count:
+        raise ValueError("states must be distinct observed states (their anchor keys repeat)")
+    pi = probs_of(probe).double().numpy()
+    actions = probe.n_actions
+    moved = make_env([instance] * count * actions, max_steps,
+                     instance_ids=[0] * count * actions)
+    moved.set_state(states.repeat_interleave(actions, dim=0))
+    result = moved.step(torch.arange(actions).repeat(count))
+    missing = [key for key in moved.anchor_keys().tolist() if key not in index]
+    if missing:
+        raise ValueError(f"states lack a state their moves lead to (anchor key {missing[0]})")
+    following = np.array([index[key] for key in moved.anchor_keys().tolist()]).reshape(
+        count, actions)
+    reward = result.reward.double().numpy().reshape(count, actions)
+    ends = result.terminated.numpy().reshape(count, actions)
+    value = np.zeros((max_steps + 1, count))
+    q = np.zeros((max_steps, count, actions))
+    for t in range(max_steps - 1, -1, -1):
+        q[t] = reward + np.where(ends, 0.0, value[t + 1][following])
+        value[t] = (pi * q[t]).sum(axis=1)
+    return value, q
+
+
+def monte_carlo_advantages(layout: Instance, probs_of: PolicyProbs, max_steps: int,
                            states: torch.Tensor, actions: torch.Tensor, n: int,
-                           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, standard error), each (K,), for the K ``states`` (``KeyDoor.get_state`` rows of
+                           generator: torch.Generator, make_env: EnvFactory = KeyDoor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, standard error), each (K,), for the K ``states`` (``get_state`` rows of
     ``layout``, episodes not ended) and ``actions``, from ``n`` continuations each for Q and
     for V (see the module docstring)."""
-    q_returns, v_returns = continuation_returns([layout] * len(states), probs_of, max_steps,
-                                                states, actions, n, generator)
+    q_returns, v_returns = q_and_v_returns([layout] * len(states), probs_of, max_steps, states,
+                                           actions, n, generator, make_env=make_env)
     advantage = q_returns.mean(dim=1) - v_returns.mean(dim=1)
     stderr = torch.sqrt(q_returns.var(dim=1) / n + v_returns.var(dim=1) / n)
     return advantage, stderr
 
 
-def continuation_returns(layouts: Sequence[Layout], probs_of: PolicyProbs, max_steps: int,
-                         states: torch.Tensor, actions: torch.Tensor, n: int,
-                         generator: torch.Generator, instance_ids: Sequence[int] | None = None,
-                         device: str | torch.device = "cpu"
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Q returns, V returns), each (K, n) float64: for state k (of ``layouts[k]``, named
+def q_and_v_returns(instances: Sequence[Instance], probs_of: PolicyProbs, max_steps: int,
+                    states: torch.Tensor, actions: torch.Tensor, n: int,
+                    generator: torch.Generator, instance_ids: Sequence[int] | None = None,
+                    device: str | torch.device = "cpu", make_env: EnvFactory = KeyDoor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q returns, V returns), each (K, n) float64: for state k (of ``instances[k]``, named
     ``instance_ids[k]`` in the environment ``probs_of`` sees), ``n`` returns to the episode's
-    end after taking ``actions[k]`` and ``n`` after following pi from the state; all 2 K n
-    continuations are stepped as one batch."""
+    end after taking ``actions[k]`` and ``n`` after following pi from the state; each set of
+    K n continuations is stepped as one batch."""
     k = len(states)
-    rows = [layout for layout in layouts for _ in range(n)]
+    rows = [instance for instance in instances for _ in range(n)]
     ids = None if instance_ids is None else [i for i in instance_ids for _ in range(n)]
     repeated = states.repeat_interleave(n, dim=0)
-    q_returns = _returns(rows, ids, probs_of, max_steps, repeated,
-                         actions.repeat_interleave(n), generator, device).view(k, n)
-    v_returns = _returns(rows, ids, probs_of, max_steps, repeated, None, generator,
-                         device).view(k, n)
+    q_returns = _returns(rows, ids, probs_of, max_steps, repeated, actions.repeat_interleave(n),
+                         generator, device, make_env).view(k, n)
+    v_returns = _returns(rows, ids, probs_of, max_steps, repeated, None, generator, device,
+                         make_env).view(k, n)
     return q_returns, v_returns
 
 
-def _returns(layouts: Sequence[Layout], instance_ids: Sequence[int] | None,
+def _returns(instances: Sequence[Instance], instance_ids: Sequence[int] | None,
              probs_of: PolicyProbs, max_steps: int, states: torch.Tensor,
              first: torch.Tensor | None, generator: torch.Generator,
-             device: str | torch.device = "cpu") -> torch.Tensor:
+             device: str | torch.device, make_env: EnvFactory) -> torch.Tensor:
     """The return from each restored state to the episode's end: ``first`` as the first
     action where given, pi's samples after."""
-    env = KeyDoor(layouts, max_steps, device, instance_ids=instance_ids)
+    env = make_env(instances, max_steps, device, instance_ids=instance_ids)
     env.set_state(states)
     total = torch.zeros(len(states), dtype=torch.float64, device=env.device)
     with torch.no_grad():

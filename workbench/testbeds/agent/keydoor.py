@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from workbench import seeds
+from workbench.testbeds.agent.environment import Transition
 
 MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 ACTION_NAMES = ("up", "down", "left", "right")
@@ -110,16 +111,6 @@ def generate(seed: int, split: int, index: int, size: int = 7,
                        f"{obstacle_density})")
 
 
-@dataclass
-class Transition:
-    """What ``KeyDoor.step`` returns (tensors on the env's device)."""
-
-    reward: torch.Tensor  # (N,) float: 1 where the goal was reached at this step
-    terminated: torch.Tensor  # (N,) bool: the goal reached at this step
-    truncated: torch.Tensor  # (N,) bool: ``max_steps`` moves made without reaching it
-    active: torch.Tensor  # (N,) bool: the rows that moved (their episode had not ended)
-
-
 class KeyDoor:
     """N instances stepped together; row i plays ``layouts[i]``. ``instance_ids`` (default
     0..N-1) name the instances for the anchor keys: rows with one id play one instance."""
@@ -188,6 +179,10 @@ class KeyDoor:
     @property
     def obs_dim(self) -> int:
         return len(CHANNELS) * self.size * self.size + 1
+
+    @property
+    def n_actions(self) -> int:
+        return len(MOVES)
 
     def observe(self) -> torch.Tensor:
         """(N, obs_dim) float: the channels of ``CHANNELS`` over the grid, flattened (the key

@@ -5,7 +5,19 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 pool of ``train_instances``, plays each G times to the end (goal or ``max_steps``) with the
 sampled policy, and hands the advantage method its inputs in the family's (B = M * G rows, T
 steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the steps played),
-``group_ids`` (the instance of each row) and ``anchor_ids`` (each step's observed state).
+``group_ids`` (the instance of each row), ``anchor_ids`` (each step's observed state),
+``old_log_probs`` and, when the method reads them and the task has a rubric judge
+(``make_judge``, ``rubric.Judge``), ``rubric`` / ``rubric_weights`` (its per-step
+annotations); for a method that reads ``mc_values``, the states its ``value_request`` names
+are restored and played on by the sampling policy (``continuation_returns``), and those
+environment steps count in ``cost/env_steps`` like the episodes' own.
+With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
+rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
+environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
+path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps`` counts the steps
+played, a shared prefix once; the loss counts a shared step in each row through it
+(``tree_shared_steps: per_leaf``, the reference's) or once (``once``). Independent rollouts
+are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
 ``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
@@ -13,29 +25,34 @@ the end) the greedy policy plays each held-out instance once: ``eval/success``.
 
 Stops at ``budget.steps`` updates, ``budget.samples`` environment steps or
 ``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+
+The environment is the task's (``make_env``: ``KeyDoor``, ``ToolCalc``; any
+``environment.AgentEnv``); its instances' ``optimal`` lengths give ``train/path_ratio``.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.families import (
     mean_over_steps,
     minibatch_epochs,
+    monte_carlo_values,
     observe_rl_stats,
     open_rl_slots,
     step_size_taken,
 )
-from workbench.testbeds.agent.keydoor import KeyDoor, Layout
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.rubric import JudgeFactory
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
@@ -57,6 +74,40 @@ class AgentSettings(Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
+    sampling: Literal["independent", "tree", "auto"] = Field(
+        "independent", description="independent: G rollouts of each instance; tree: the G rows "
+        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); auto: "
+        "tree exactly when the advantage method reads tree_ids")
+    tree_count: int = Field(2, ge=1, le=1024, description="M: trees per instance (tree "
+                                                            "sampling)")
+    tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
+                                                                 "in each round")
+    tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
+    tree_shared_steps: Literal["per_leaf", "once"] = Field(
+        "per_leaf", description="how the loss counts a step shared by k kept leaves: in each "
+        "of their rows with its row's advantage (per_leaf: Tree-GRPO's rows are whole paths), "
+        "or once with the mean of their advantages")
+
+    @model_validator(mode="after")
+    def _trees_give_enough_leaves(self):
+        if self.sampling == "independent":
+            return self
+        if self.group_size % self.tree_count:
+            raise ValueError(f"group_size ({self.group_size}) must be a multiple of tree_count "
+                             f"({self.tree_count}) under sampling: {self.sampling} (each tree "
+                             "gives group_size / tree_count leaves)")
+        grown = 1 + self.tree_rounds * self.tree_expansions
+        if self.group_size // self.tree_count > grown:
+            raise ValueError(f"each tree grows 1 + tree_rounds x tree_expansions = {grown} "
+                             f"leaves, fewer than the group_size / tree_count = "
+                             f"{self.group_size // self.tree_count} it must give; raise "
+                             "tree_expansions or tree_rounds, or lower group_size")
+        return self
+
+    def tree_sampling(self, advantage_inputs: frozenset[str]) -> bool:
+        """Whether rollouts grow as trees, given what the advantage method reads."""
+        return self.sampling == "tree" or (self.sampling == "auto"
+                                           and "tree_ids" in advantage_inputs)
 
 
 @dataclass
@@ -74,56 +125,102 @@ class Episodes:
     lengths: torch.Tensor  # (B,) long
     terminated: torch.Tensor  # (B, T) bool: the goal reached at that step
     dones: torch.Tensor  # (B, T) bool: the episode ended at that step (goal or max_steps)
+    states: torch.Tensor  # (B, T, S) the environment's state (get_state) before each step
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
+    tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
+    node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
+    rubric: torch.Tensor | None = None  # (B, T, C) the judge's annotations (rubric.py)
+    rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
         inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
                   "anchor_ids": self.anchor_ids, "dones": self.dones,
-                  "terminated": self.terminated}
+                  "terminated": self.terminated, "old_log_probs": self.log_probs}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
+        rows, steps = self.mask.shape
+        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
+            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
+                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
+                       .view(rows, steps)}
+        else:
+            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
+        if self.rubric is not None:
+            inputs |= {"rubric": self.rubric, "rubric_weights": self.rubric_weights}
         return inputs
 
 
-def play(env: KeyDoor, policy: Policy, generator: torch.Generator | None,
-         values: bool = False) -> Episodes:
-    """Every row of ``env`` from its start to the end of its episode; actions sampled from
-    ``generator``'s stream, or greedy when it is None; with ``values``, the value head's
-    estimates of each state and of the state each step reached."""
-    env.reset()
+def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
+         values: bool = False, *, reset: bool = True,
+         judge: JudgeFactory | None = None) -> Episodes:
+    """Every row of ``env`` from its start (without ``reset``: from its current state) to the
+    end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
+    with ``values``, the value head's estimates of each state and of the state each step
+    reached; with a ``judge``, its rubric annotations of every step (``rubric.Judge``; from the
+    start only: a judge remembers the episode so far)."""
+    if reset:
+        env.reset()
+    elif judge is not None:
+        raise ValueError("a rubric judge needs the whole episode: play from the start")
+    judging = judge(env) if judge is not None else None
+    marks: list[torch.Tensor] = []
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
         while not bool(env.done.all()):
-            obs, anchors = env.observe(), env.anchor_keys()
+            obs, anchors, state = env.observe(), env.anchor_keys(), env.get_state()
             dist = policy.distribution(obs)
             if generator is None:
                 actions = dist.probs.argmax(dim=1)
             else:
                 actions = torch.multinomial(dist.probs, 1, generator=generator).squeeze(1)
             moved = env.step(actions)
+            if judging is not None:
+                marks.append(judging.after(moved))
             success |= moved.terminated
             ended = moved.terminated | moved.truncated
             worth = ((policy.value(obs), policy.value(env.observe())) if values
                      else (obs.new_zeros(len(obs)),) * 2)
             steps.append((obs, actions, dist.log_prob(actions), moved.reward,
                           moved.active.float(), anchors, dist.entropy(), moved.terminated,
-                          ended, *worth))
-    (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, now,
+                          ended, state, *worth))
+    (obs, actions, log_probs, rewards, mask, anchors, entropy, terminated, dones, states, now,
      after) = (torch.stack(x, dim=1) for x in zip(*steps, strict=True))
     episodes = Episodes(obs, actions, log_probs, rewards, mask, anchors, entropy, success,
-                        mask.sum(dim=1).long(), terminated, dones)
+                        mask.sum(dim=1).long(), terminated, dones, states)
     if values:
         episodes.values = torch.cat([now, after[:, -1:]], dim=1)
         episodes.next_values = after
+    if judging is not None:
+        episodes.rubric, episodes.rubric_weights = torch.stack(marks, dim=1), judging.weights()
     return episodes
 
 
-def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Policy,
+def continuation_returns(env: AgentEnv, states: torch.Tensor, n: int, policy: Policy,
+                         generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(K,) the mean return of ``n`` rollouts of ``policy`` from each of the K ``states``, and
+    the environment steps they took; ``env`` has K * n rows, row k * n + j playing the
+    instance of state k (it is restored there)."""
+    env.set_state(states.repeat_interleave(n, dim=0))
+    total = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    steps = 0
+    with torch.no_grad():
+        while not bool(env.done.all()):
+            probs = policy.distribution(env.observe()).probs
+            moved = env.step(torch.multinomial(probs, 1, generator=generator).squeeze(1))
+            total += moved.reward.double()
+            steps += int(moved.active.sum())
+    return total.view(-1, n).mean(dim=1), steps
+
+
+def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
-          budget: Budget, seed: int, log: LogFn, device: torch.device) -> dict[str, Any]:
+          budget: Budget, seed: int, log: LogFn, device: torch.device,
+          make_env: EnvFactory, make_judge: JudgeFactory | None = None) -> dict[str, Any]:
+    """``make_env`` builds the environment of the instances (``KeyDoor``, ``ToolCalc``);
+    ``make_judge`` its rubric judge, if the task has one (``KeyDoorJudge``)."""
     m, g = settings.instances_per_update, settings.group_size
     per_update = settings.epochs * settings.minibatches
     total_updates = budget.planned_steps(m * g * max_steps)
@@ -133,28 +230,61 @@ def train(train_layouts: list[Layout], eval_layouts: list[Layout], policy: Polic
         m = max(1, slots.first_batch // g)
     rollouts = seeds.torch_generator(seed, "actions", device=device)
     order = seeds.torch_generator(seed, "minibatches")
-    evaluation = KeyDoor(eval_layouts, max_steps, device)
+    evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
+    from workbench.testbeds.agent.tree import (  # it builds on play
+        TreeShape,
+        once_per_node,
+        play_trees,
+    )
+
+    trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
+             else None)
+    judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
+    if trees is not None and judge is not None:
+        raise ValueError("sampling: tree cannot carry the rubric judge's memory of an episode "
+                         "across a restored state; use sampling: independent or auto with a "
+                         "method that reads rubric")
     env_steps, seconds, update, diverged = 0, 0.0, 0, False
     metrics: dict[str, float] = {}
     while update < budget.steps:
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_layouts), size=m, replace=len(train_layouts) < m)
-        env = KeyDoor([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
-                      instance_ids=[int(i) for i in chosen for _ in range(g)])
-        episodes = play(env, policy, rollouts, values=critic)
-        played = int(episodes.mask.sum())
+        # row r plays instance chosen[r // g] (tree sampling: row r is a leaf of one of its trees)
+        env = make_env([train_layouts[i] for i in chosen for _ in range(g)], max_steps, device,
+                       instance_ids=[int(i) for i in chosen for _ in range(g)])
+        if trees is None:
+            episodes = play(env, policy, rollouts, values=critic, judge=judge)
+            played = int(episodes.mask.sum())
+        else:
+            episodes, played = play_trees(
+                [train_layouts[i] for i in chosen], [int(i) for i in chosen], trees, policy,
+                rollouts, seeds.numpy_generator(seed, "branches", update), max_steps=max_steps,
+                device=device, make_env=make_env, values=critic)
         env_steps += played
         group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = episodes.advantage_inputs(group_ids)
+        if "mc_values" in slots.advantage_inputs:
+            def estimate(rows, columns, n, chosen=chosen, states=episodes.states):
+                instances = [int(chosen[row // g]) for row in rows.tolist() for _ in range(n)]
+                branch = make_env([train_layouts[i] for i in instances], max_steps, device,
+                                  instance_ids=instances)
+                return continuation_returns(branch, states[rows, columns], n, policy, rollouts)
+
+            inputs["mc_values"], continued = monte_carlo_values(
+                slots.advantage, mask=episodes.mask, old_log_probs=episodes.log_probs,
+                estimate=estimate)
+            env_steps += continued
         advantages, returns = slots.advantage.compute(
             **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())
-        stats = _update(policy, slots, episodes, advantages, returns if critic else None,
-                        coefficient, settings, update, success, order)
+        learned = (episodes, advantages, returns if critic else None)
+        if trees is not None and settings.tree_shared_steps == "once":
+            learned = once_per_node(*learned)
+        stats = _update(policy, slots, *learned, coefficient, settings, update, success, order)
         seconds += time.perf_counter() - started
         update += 1
         valid = episodes.mask != 0

@@ -1,6 +1,7 @@
-"""The agent testbed's small networks: the policy, an MLP from the grid observation to the
-logits of the four moves, and, for the estimators that need one (GAE), a separate value MLP
-of the same shape (the step-level group estimators are critic-free)."""
+"""The agent testbed's small networks: the policy, an MLP from the observation vector to the
+logits of the actions (the four moves, the instance's tools), and, for the estimators that
+need one (GAE), a separate value MLP of the same shape (the step-level group estimators are
+critic-free)."""
 
 from __future__ import annotations
 
