@@ -20,12 +20,7 @@ from scipy import stats as scipy_stats
 from workbench import cli, seeds
 from workbench.credit import measures
 from workbench.credit import plan as credit_plan
-from workbench.credit.checkpoint import (
-    held_out,
-    probability_table,
-    table_policy,
-    train_checkpoint,
-)
+from workbench.credit.checkpoint import held_out, memo_policy, train_checkpoint
 from workbench.credit.sampling import sample_group, split_half_reliability
 from workbench.testbeds import Budget
 from workbench.testbeds.agent.ground_truth import exact_advantages
@@ -140,8 +135,7 @@ def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path
     plan = credit_plan.check(document, "test")
     policy = train_checkpoint(plan, CPU).policy
     layouts = held_out(plan)
-    table = probability_table(policy, layouts, CPU)
-    sample = sample_group(plan, policy, layouts, table, 3, CPU)
+    sample = sample_group(plan, policy, layouts, 3, CPU)
 
     def probs_of(env):
         with torch.no_grad():
@@ -160,10 +154,12 @@ def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path
             largest = max(largest, abs(exact))
     assert checked == 15 and largest > 0.01  # advantages worth recovering
     assert sample.reliability[4000] > 0.9  # 2 x 2000 continuations agree on the ranks
-    # the table the continuations use is the network's own probabilities
-    env_probs = table_policy(table)
-    env = KeyDoor(layouts, 8, instance_ids=[0, 1, 2])
-    assert torch.allclose(env_probs(env), probs_of(env), atol=1e-6)
+    # the continuations' policy, run once per observed state, is the network's own
+    env = KeyDoor([layouts[i % 3] for i in range(60)], 8, instance_ids=[i % 3 for i in range(60)])
+    draws, memo = torch.Generator().manual_seed(0), memo_policy(policy, layouts, KeyDoor, 8, CPU)
+    for _ in range(5):  # rows in many states, several rows in each, states seen before
+        assert torch.allclose(memo(env), probs_of(env), atol=1e-6)
+        env.step(torch.randint(0, 4, (60,), generator=draws))
 
 
 def test_the_checkpoint_is_the_policy_workbench_run_trains():
@@ -224,7 +220,8 @@ BAD = [
     ({"continuations": [8, 8]}, "continuations", "distinct"),
     ({"instance": 4}, "instance", "did you mean 'instances'?"),
     ({"task": {"name": "keydoor", "params": {"sizee": 5}}}, "task.params.sizee", "allowed"),
-    ({"task": {"name": "cartpole"}}, "task.name", "allowed: keydoor"),
+    ({"task": {"name": "cartpole"}}, "task.name", "allowed: keydoor, toolcalc"),
+    ({"estimators": ["grpo", "spo_chain"]}, "estimators[1]", "the training loop"),
     ({"checkpoint": {"methods": {"advantage": {"name": "grpo", "fixed": {"nope": 1}}}}},
      "checkpoint.methods.advantage.fixed.nope", "allowed"),
     ({"checkpoint": {"updates": -1}}, "checkpoint.updates", "greater than or equal to 0"),
@@ -275,9 +272,26 @@ def test_a_checkpoint_with_a_value_head_lets_gae_be_measured():
     assert plan.critic
     checkpoint = train_checkpoint(plan, CPU)
     assert checkpoint.policy.critic is not None
-    layouts = held_out(plan)
-    sample = sample_group(plan, checkpoint.policy, layouts,
-                          probability_table(checkpoint.policy, layouts, CPU), 3, CPU)
+    sample = sample_group(plan, checkpoint.policy, held_out(plan), 3, CPU)
     gae = sample.estimates["gae"]
     assert gae.shape == (3, 3) and np.isfinite(gae).all()
     assert (np.abs(gae) > measures.ZERO).all()  # values make every step's credit its own
+
+
+def test_the_tool_use_puzzle_is_measured_too(tmp_path):
+    """Any agent testbed whose states restore: the tool-use puzzle's continuations start from
+    its own recorded states (value, calls made), and more of them shrink A_MC's error."""
+    document = {**TINY, "task": {"name": "toolcalc", "params": {
+        "max_value": 12, "tools": 3, "max_operand": 4, "max_optimal": 3, "max_steps": 6,
+        "hidden": 16, "train_instances": 8, "eval_instances": 2, "instances_per_update": 4,
+        "group_size": 4, "epochs": 1, "minibatches": 1}},
+        "estimators": ["grpo", "gigpo"], "group_sizes": [4], "continuations": [4, 64]}
+    plan = credit_plan.check(document, "test")
+    checkpoint = train_checkpoint(plan, CPU)
+    sample = sample_group(plan, checkpoint.policy, held_out(plan), 4, CPU)
+    assert sample.states.shape == (8, 3, 3)  # value, calls made, ended
+    assert (sample.states[..., 2] == 0).all() and (sample.states[..., 1] < 6).all()
+    for n in (4, 64):
+        assert np.isfinite(sample.monte_carlo[n]).all()
+        assert (np.abs(sample.monte_carlo[n]) <= 1.0).all()
+    assert sample.standard_error[64].mean() < sample.standard_error[4].mean()

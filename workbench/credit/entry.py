@@ -22,7 +22,7 @@ import torch
 
 from workbench import fingerprint, runs, seeds
 from workbench.credit import measures, outputs
-from workbench.credit.checkpoint import held_out, probability_table, train_checkpoint
+from workbench.credit.checkpoint import held_out, train_checkpoint
 from workbench.credit.plan import CreditPlan
 from workbench.credit.sampling import GroupSample, sample_group
 from workbench.report import folder as report_folder
@@ -41,12 +41,11 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
     say(f"checkpoint: {shown} in {trained:.1f} s"
         + (f" (training success {checkpoint.metrics['train/success']:.2f}, held-out greedy "
            f"success {checkpoint.metrics['eval/success']:.2f})" if checkpoint.metrics else ""))
-    layouts = held_out(plan)
-    table = probability_table(checkpoint.policy, layouts, device)
+    instances = held_out(plan)
     s, rows, per_group = plan.spec, [], {}
     for g in s.group_sizes:
         begun = time.perf_counter()
-        sample = sample_group(plan, checkpoint.policy, layouts, table, g, device)
+        sample = sample_group(plan, checkpoint.policy, instances, g, device)
         rows += _rows(plan, sample)
         per_group[g] = {"played_steps": sample.played, "rollout_success": sample.success,
                         "seconds": round(time.perf_counter() - begun, 3)}

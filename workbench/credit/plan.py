@@ -19,6 +19,9 @@ from workbench import registry, spec
 from workbench.validation import SpecError, Strict, shorten, validate
 
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
+RUBRIC_INPUTS = frozenset({"rubric", "rubric_weights"})  # what the task's rubric judge gives
+# what only the training loop's own continuations give (``loop.train``: mc_values)
+LOOP_INPUTS = frozenset({"mc_values"})
 # instances x steps x 2 x max(continuations): the rows stepped at once for one G (each
 # holds its instance's grid; a million take about ten seconds on a 2-core CPU)
 MAX_CONTINUATION_ROWS = 8_000_000
@@ -35,9 +38,10 @@ class MethodPick(Strict):
 
 
 class TaskEntry(Strict):
-    name: Literal["keydoor"] = Field(description="the testbed (one whose states restore)")
+    name: Literal["keydoor", "toolcalc"] = Field(
+        description="an agent testbed (its states save and restore exactly)")
     params: dict[str, Any] = Field(default_factory=dict,
-                                   description="its parameters (`workbench tasks keydoor`)")
+                                   description="its parameters (`workbench tasks NAME`)")
 
 
 class CheckpointEntry(Strict):
@@ -162,7 +166,14 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
         critic = bool(VALUE_INPUTS & methods["advantage"].requirements(
             methods["advantage"].params))
         for i, estimator in enumerate(estimators):
-            needs = VALUE_INPUTS & estimator.method.requirements(estimator.method.params)
+            reads = estimator.method.requirements(estimator.method.params)
+            if reads & LOOP_INPUTS:
+                problems.append(SpecError(
+                    source, f"estimators[{i}]",
+                    f"{estimator.label} reads {', '.join(sorted(reads & LOOP_INPUTS))}, which "
+                    "the training loop estimates for it from continuations of its own; "
+                    "workbench credit does not; allowed: an estimator that does not read them"))
+            needs = VALUE_INPUTS & reads
             if needs and not critic:
                 problems.append(SpecError(
                     source, f"estimators[{i}]",

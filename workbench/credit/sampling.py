@@ -4,17 +4,18 @@ Carlo advantage for every N.
 
 1. The checkpoint plays each of the I instances G times (``loop.play``, actions from
    ``stream(seed, "rollouts", G, 0)``), and every estimator gets the loop's inputs
-   (``Episodes.advantage_inputs``, group = instance) through the advantage family's caller
-   side: ``method.compute(**inputs it requires)``.
+   (``Episodes.advantage_inputs``, group = instance; the task's rubric judge's annotations
+   where an estimator reads them) through the advantage family's caller side:
+   ``method.compute(**inputs it requires)``.
 2. From each instance's played steps, K (``steps_per_instance``) are drawn uniformly without
    replacement (with replacement only where the instance played fewer than K steps), from
    ``stream(seed, "rollouts", G, 1)``.
-3. Each drawn step's state (cell, key held, moves made: read from its observation and its
-   position in the episode) is restored in 2 x max(N) rows (``ground_truth.continuation_
-   returns``, actions from ``stream(seed, "rollouts", G, 2)``): max(N) continuations take the
-   step's action, max(N) follow pi. For each N, the first N of each give
-   A_MC = mean(Q returns) - mean(V returns) and its standard error (the N are nested, so the
-   estimates for different N share their draws).
+3. Each drawn step's state (``Episodes.states``: the environment's state before the step) is
+   restored in 2 x max(N) rows (``ground_truth.q_and_v_returns``, actions from
+   ``stream(seed, "rollouts", G, 2)``): max(N) continuations take the step's action, max(N)
+   follow pi. For each N, the first N of each give A_MC = mean(Q returns) - mean(V returns)
+   and its standard error (the N are nested, so the estimates for different N share their
+   draws).
 4. How far A_MC itself is from the truth at N: its split-half reliability, the Spearman
    correlation r of the A_MC of the first and of the next N // 2 continuations over the
    sampled steps, stepped up to N by Spearman-Brown (2 r / (1 + r); 0 where r <= 0). A
@@ -30,10 +31,10 @@ import torch
 
 from workbench import seeds
 from workbench.credit import measures
-from workbench.credit.checkpoint import table_policy
-from workbench.credit.plan import CreditPlan
-from workbench.testbeds.agent.ground_truth import continuation_returns
-from workbench.testbeds.agent.keydoor import CHANNELS, KeyDoor, Layout
+from workbench.credit.checkpoint import agent_task, memo_policy
+from workbench.credit.plan import RUBRIC_INPUTS, CreditPlan
+from workbench.testbeds.agent.environment import Instance
+from workbench.testbeds.agent.ground_truth import q_and_v_returns
 from workbench.testbeds.agent.loop import play
 from workbench.testbeds.agent.policy import Policy
 
@@ -47,20 +48,22 @@ class GroupSample:
     monte_carlo: dict[int, np.ndarray]  # N -> A_MC of each step
     standard_error: dict[int, np.ndarray]  # N -> A_MC's standard error
     reliability: dict[int, float]  # N -> A_MC's split-half reliability (step 4)
-    states: np.ndarray  # (I, K, 5): KeyDoor.get_state of each step
+    states: np.ndarray  # (I, K, S): the environment's get_state before each step
     actions: np.ndarray  # (I, K)
     played: int  # steps played by the I x G rollouts
     success: float  # the rollouts' success rate
 
 
-def sample_group(plan: CreditPlan, policy: Policy, layouts: list[Layout], table: torch.Tensor,
+def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
                  group_size: int, device: torch.device) -> GroupSample:
-    s, g, count = plan.spec, group_size, len(layouts)
-    max_steps = plan.task_params.max_steps
-    env = KeyDoor([layout for layout in layouts for _ in range(g)], max_steps, device,
-                  instance_ids=[i for i in range(count) for _ in range(g)])
+    s, g, count = plan.spec, group_size, len(instances)
+    task, max_steps = agent_task(plan), plan.task_params.max_steps
+    env = task.environment([instance for instance in instances for _ in range(g)], max_steps,
+                           device, instance_ids=[i for i in range(count) for _ in range(g)])
+    judged = any(RUBRIC_INPUTS & e.method.requirements(e.method.params)
+                 for e in plan.estimators)
     episodes = play(env, policy, seeds.torch_generator(s.seed, "rollouts", g, 0, device=device),
-                    values=plan.critic)
+                    values=plan.critic, judge=task.judge if judged else None)
     inputs = episodes.advantage_inputs(torch.arange(count, device=device).repeat_interleave(g))
     advantages = {}
     for estimator in plan.estimators:
@@ -72,20 +75,16 @@ def sample_group(plan: CreditPlan, policy: Policy, layouts: list[Layout], table:
                               s.steps_per_instance, seeds.numpy_generator(s.seed, "rollouts",
                                                                           g, 1))
     rows_t, steps_t = torch.as_tensor(rows), torch.as_tensor(steps)
-    obs = episodes.obs.cpu()[rows_t, steps_t]
-    cells = layouts[0].size ** 2
-    agent = CHANNELS.index("agent")
-    where = obs[:, agent * cells:(agent + 1) * cells].argmax(dim=1)
-    size = layouts[0].size
-    states = torch.stack([where // size, where % size, obs[:, -1].round().long(), steps_t,
-                          torch.zeros_like(steps_t)], dim=1)
+    states = episodes.states.cpu()[rows_t, steps_t]
     actions = episodes.actions.cpu()[rows_t, steps_t]
     instance = rows // g
     n = max(s.continuations)
-    q, v = continuation_returns([layouts[i] for i in instance], table_policy(table), max_steps,
-                                states, actions, n,
-                                seeds.torch_generator(s.seed, "rollouts", g, 2, device=device),
-                                instance_ids=instance.tolist(), device=device)
+    probs_of = memo_policy(policy, instances, task.environment, max_steps, device)
+    q, v = q_and_v_returns([instances[i] for i in instance], probs_of, max_steps,
+                           states, actions, n,
+                           seeds.torch_generator(s.seed, "rollouts", g, 2, device=device),
+                           instance_ids=instance.tolist(), device=device,
+                           make_env=task.environment)
     shape = (count, s.steps_per_instance)
     monte_carlo, standard_error, reliability = {}, {}, {}
     for k in s.continuations:
@@ -96,7 +95,7 @@ def sample_group(plan: CreditPlan, policy: Policy, layouts: list[Layout], table:
         reliability[k] = split_half_reliability(q[:, :k].numpy(), v[:, :k].numpy())
     return GroupSample(
         g, {label: a[rows_t, steps_t].numpy().reshape(shape) for label, a in advantages.items()},
-        monte_carlo, standard_error, reliability, states.numpy().reshape(*shape, 5),
+        monte_carlo, standard_error, reliability, states.numpy().reshape(*shape, -1),
         actions.numpy().reshape(shape), int(episodes.mask.sum()),
         float(episodes.success.float().mean()))
 
