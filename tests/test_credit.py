@@ -259,8 +259,10 @@ def test_the_command_is_listed_and_the_shipped_spec_checks():
     assert "credit" in cli.build_parser().format_help()
     from tests.conftest import ROOT
 
-    shipped = credit_plan.load(ROOT / "reports" / "credit-keydoor.yaml")
-    assert shipped.name == "credit-keydoor" and len(shipped.estimators) >= 5
+    for task in ("keydoor", "toolcalc"):
+        shipped = credit_plan.load(ROOT / "reports" / f"credit-{task}.yaml")
+        assert shipped.name == f"credit-{task}" and shipped.spec.task.name == task
+        assert len(shipped.estimators) >= 6
 
 
 def test_a_checkpoint_with_a_value_head_lets_gae_be_measured():
