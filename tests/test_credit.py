@@ -253,6 +253,11 @@ def test_every_problem_at_once_and_a_folder_that_is_not_a_report_is_kept(tmp_pat
     assert cli.main(["credit", str(good), "--out", str(mine)]) == 2
     assert "--out" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    # a folder that cannot be made is refused before the study runs, not after
+    assert cli.main(["credit", str(good), "--out", str(mine / "notes.txt" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot be written" in err and "Traceback" not in err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
 def test_the_command_is_listed_and_the_shipped_spec_checks():

@@ -530,16 +530,15 @@ def cmd_credit(args) -> int:
 
     plan = credit_plan.load(args.spec)
     from workbench import engine, report
+    from workbench.credit import entry as credit
 
     device = engine.resolve_device(args.device)
     out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
-        report.replaceable(out)
+        credit.writable(out)
     except report.ReportError as err:
         raise UsageError(f"--out: {err}") from None
-    from workbench.credit.entry import run as run_credit
-
-    written = run_credit(plan, out, device)
+    written = credit.run(plan, out, device)
     print(f"{len(written)} files in {out}:")
     for path in written:
         print(f"  {path}")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,15 +27,30 @@ from workbench.credit import measures, outputs
 from workbench.credit.checkpoint import held_out, train_checkpoint
 from workbench.credit.plan import CreditPlan
 from workbench.credit.sampling import GroupSample, sample_group
+from workbench.report import ReportError
 from workbench.report import folder as report_folder
 
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "pydantic")
 
 
+def writable(out: Path) -> Path:
+    """The folder a study writes (``out``, or its symlink's target), checked before anything
+    runs: a report or nothing there (``report.folder.replaceable``), and the nearest folder
+    above it that exists one this process can write in; a ReportError says why not."""
+    target = report_folder.replaceable(out)
+    above = target.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+        raise ReportError(f"{out} cannot be written: {above} is not a folder this process "
+                          "can write in")
+    return target
+
+
 def run(plan: CreditPlan, out: Path, device: torch.device,
         say: Callable[[str], None] = print) -> list[Path]:
     """Run the study and write its outputs to ``out`` (replaced whole); the files written."""
-    target = report_folder.replaceable(out)
+    target = writable(out)
     started = time.perf_counter()
     checkpoint = train_checkpoint(plan, device)
     trained = time.perf_counter() - started
@@ -57,13 +74,18 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
                          {"checkpoint": round(trained, 3),
                           "total": round(time.perf_counter() - started, 3)})
     building = report_folder.staging(target)
-    building.mkdir(parents=True)
-    files = outputs.write_figure(building, outputs.figure(plan, rows, shown))
-    files += outputs.write_table(building, rows)
-    files += outputs.write_provenance(building, record, {
-        outputs.FIGURE: "each measure against G, a line per estimator, a row of panels per N",
-        outputs.TABLE: "every (estimator, G, N): the measures with their bootstrap intervals"})
-    report_folder.move_into_place(building, target)
+    try:
+        building.mkdir(parents=True)
+        files = outputs.write_figure(building, outputs.figure(plan, rows, shown))
+        files += outputs.write_table(building, rows)
+        files += outputs.write_provenance(building, record, {
+            outputs.FIGURE: "each measure against G, a line per estimator, a row of panels "
+                            "per N",
+            outputs.TABLE: "every (estimator, G, N): the measures with their bootstrap "
+                           "intervals"})
+        report_folder.move_into_place(building, target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     return [target / f.name for f in files]
 
 
