@@ -129,7 +129,7 @@ def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path
     observations, continuations of several instances in one batch from the policy's table)
     against dynamic programming with the network itself as the policy."""
     document = {**TINY, "checkpoint": {"updates": 0, "seed": 1}, "estimators": ["grpo"],
-                "group_sizes": [3], "continuations": [4000], "instances": 3,
+                "group_sizes": [3], "continuations": [2000], "instances": 3,
                 "steps_per_instance": 5}
     document["task"] = {"name": "keydoor", "params": {**TINY_TASK["params"], "max_steps": 8}}
     plan = credit_plan.check(document, "test")
@@ -145,15 +145,18 @@ def test_monte_carlo_advantages_of_sampled_steps_recover_the_exact_ones(tmp_path
     for i, layout in enumerate(layouts):
         value, q = exact_advantages(layout, probs_of, 8)
         for (r, c, key, t, done), a, estimate, se in zip(
-                sample.states[i], sample.actions[i], sample.monte_carlo[4000][i],
-                sample.standard_error[4000][i], strict=True):
+                sample.states[i], sample.actions[i], sample.monte_carlo[2000][i],
+                sample.standard_error[2000][i], strict=True):
             assert done == 0 and 0 <= t < 8
             exact = q[t, key, r, c, a] - value[t, key, r, c]
-            assert abs(estimate - exact) <= 4 * se + 1e-9, (i, r, c, key, t, a, exact, estimate)
+            # 3 / N: where no continuation reached the goal (se = 0), the rule of three bounds
+            # the success probability they could miss
+            assert abs(estimate - exact) <= 4 * se + 3 / 2000, (i, r, c, key, t, a, exact,
+                                                                 estimate, se)
             checked += 1
             largest = max(largest, abs(exact))
     assert checked == 15 and largest > 0.01  # advantages worth recovering
-    assert sample.reliability[4000] > 0.9  # 2 x 2000 continuations agree on the ranks
+    assert sample.reliability[2000] > 0.8  # 2 x 1000 continuations agree on the ranks
     # the continuations' policy, run once per observed state, is the network's own
     env = KeyDoor([layouts[i % 3] for i in range(60)], 8, instance_ids=[i % 3 for i in range(60)])
     draws, memo = torch.Generator().manual_seed(0), memo_policy(policy, layouts, KeyDoor, 8, CPU)
