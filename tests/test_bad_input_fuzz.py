@@ -266,6 +266,7 @@ COMMANDS = {
     "report": (True, ["--storage", "--out"], []),
     "methods": (False, ["--family"], ["--json"]),
     "run": (False, ["--seed", "--device"], ["--json"]),
+    "credit": (True, ["--out", "--device"], []),
 }
 SPEC_FILES = st.sampled_from(["good.yaml", "bad.yaml", "missing.yaml", ".", ""]) | ARG_TEXT
 TASK_VALUES = st.sampled_from([
