@@ -3,8 +3,9 @@ this CPU within the time limit? The ``keydoor-lm`` task with its defaults (6 x 6
 cached warm-up on noisy optimal demonstrations, stopped at 0.25 validation success) with
 8 instances x G = 8 rollouts per update, ``--advantage`` (GiGPO by default) and Adam at 1e-3,
 for ``--minutes`` of training (15 by default; the warm-up, when not cached yet, is not
-counted). Prints held-out greedy success (64 instances) at the checkpoint (step 0) and along
-the run, then the two numbers, their difference and ratio.
+counted). Prints held-out greedy and sampled success (64 instances, one episode each) at the
+checkpoint (step 0) and along the run, then the two numbers of each, their difference and
+ratio.
 
     python benchmarks/agent_lm_learning.py [--minutes 15] [--seed 0] [--task keydoor-lm]
                                            [--advantage gigpo] [--json PATH]
@@ -38,6 +39,7 @@ def run(task_name: str, advantage: str, minutes: float, seed: int, steps: int = 
         if "eval/success" in metrics:
             point = {"step": step, "seconds": round(time.perf_counter() - started, 1),
                      "eval_success": metrics["eval/success"],
+                     "eval_success_sampled": metrics["eval/success_sampled"],
                      "train_success": metrics.get("train/success"),
                      "malformed": metrics.get("eval/malformed_fraction")}
             curve.append(point)
@@ -67,6 +69,10 @@ def main() -> None:
           f"{last['eval_success']:.3f} (best {best['eval_success']:.3f} at update "
           f"{best['step']}); difference {last['eval_success'] - first['eval_success']:+.3f}, "
           f"ratio {ratio}")
+    sampled = (first["eval_success_sampled"], last["eval_success_sampled"])
+    print(f"held-out sampled success: warm-up checkpoint {sampled[0]:.3f} -> {sampled[1]:.3f}; "
+          f"difference {sampled[1] - sampled[0]:+.3f}, ratio "
+          + (f"{sampled[1] / sampled[0]:.2f}x" if sampled[0] > 0 else "n/a"))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(curve, out, indent=2)

@@ -95,6 +95,9 @@ VOCABULARY: dict[str, Metric] = {
     "train/malformed_fraction": Metric("fraction of the update's played turns whose action "
                                        "text named no action (a no-op; language-model agent "
                                        "tasks)", "fraction"),
+    "eval/success_sampled": Metric("fraction of the held-out instances solved within max_steps "
+                                   "by one episode of the policy sampled at its temperature "
+                                   "(language-model agent tasks)", "fraction"),
     "eval/malformed_fraction": Metric("fraction of the held-out greedy episodes' turns whose "
                                       "action text named no action (language-model agent "
                                       "tasks)", "fraction"),

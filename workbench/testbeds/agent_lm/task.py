@@ -108,7 +108,8 @@ class AgentLMTask(Task):
     default_methods = {"step_size": "adam", "batch_size": "constant", "entropy": "none",
                        "advantage": "grpo"}
     provides = frozenset({"closure", "rl_stats"}) | ADVANTAGE_INPUTS
-    metrics = {"eval/success": "maximize", "train/success": "maximize",
+    metrics = {"eval/success": "maximize", "eval/success_sampled": "maximize",
+               "train/success": "maximize",
                "train/return": "maximize", "train/path_ratio": "maximize",
                "train/episode_length": "minimize", "train/malformed_fraction": "minimize",
                "eval/malformed_fraction": "minimize", "train/entropy": "maximize",

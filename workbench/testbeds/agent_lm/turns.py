@@ -30,7 +30,8 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 network loop does) and plays each G times; turn k of update u samples from the stream
 ``("rollouts", u, k)``. Held-out ``eval/success`` is the greedy policy's success on each held-out
 instance, measured before the first update (step 0: the starting checkpoint), every
-``eval_every`` updates and at the end.
+``eval_every`` updates and at the end; ``eval/success_sampled`` the same with one sampled
+episode per instance.
 """
 
 from __future__ import annotations
@@ -233,13 +234,24 @@ def backend_prompt_ids(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
 
 
 def evaluate(env: AgentEnv, model, tokenizer, backend: RolloutBackend,
-             settings: TurnSettings) -> dict[str, float]:
-    """The greedy policy on every row of ``env`` (one held-out instance each)."""
+             settings: TurnSettings, seed: int | None = None) -> dict[str, float]:
+    """The greedy policy on every row of ``env`` (one held-out instance each); with a run
+    ``seed``, also one episode sampled at ``temperature`` on each (turn k from the stream
+    ``("eval", k)``, the same at every evaluation). A greedy text policy that reads only the
+    current observation repeats itself wherever it returns to a state, so it can cycle where
+    the sampled one does not: both are logged."""
     turns = play_turns(env, model, tokenizer, backend, sample_seed=None,
                        max_new_tokens=settings.max_new_tokens, score=False)
     played = turns.mask != 0
-    return {"eval/success": float(turns.success.float().mean()),
-            "eval/malformed_fraction": float(turns.malformed[played].float().mean())}
+    metrics = {"eval/success": float(turns.success.float().mean()),
+               "eval/malformed_fraction": float(turns.malformed[played].float().mean())}
+    if seed is not None:
+        sampled = play_turns(env, model, tokenizer, backend,
+                             sample_seed=lambda turn: seeds.int_seed(seed, "eval", turn),
+                             temperature=settings.temperature,
+                             max_new_tokens=settings.max_new_tokens, score=False)
+        metrics["eval/success_sampled"] = float(sampled.success.float().mean())
+    return metrics
 
 
 def train(model, tokenizer, value_head: torch.nn.Module | None,
@@ -259,7 +271,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
     backend = make_backend("hf", model, tokenizer, None, device)
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = make_env(eval_instances, max_steps, device)
-    metrics = evaluate(evaluation, model, tokenizer, backend, settings)
+    metrics = evaluate(evaluation, model, tokenizer, backend, settings, seed)
     log(0, {**metrics, "cost/env_steps": 0.0, "cost/samples": 0.0, "time/wall_seconds": 0.0})
     env_steps, tokens, seconds, update, diverged = 0, 0, 0.0, 0, False
     while update < budget.steps:
@@ -315,7 +327,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
             "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
         }
         if update % settings.eval_every == 0 or update == budget.steps:
-            metrics |= evaluate(evaluation, model, tokenizer, backend, settings)
+            metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
         log(update, metrics)
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
@@ -328,7 +340,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         if wanted is not None:
             m = max(1, wanted // g)
     if "eval/success" not in metrics or update % settings.eval_every:
-        metrics |= evaluate(evaluation, model, tokenizer, backend, settings)
+        metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
 
