@@ -319,3 +319,14 @@ def test_backend_generates_one_action_per_active_row(tiny):
     assert bool((lengths >= 1).all()) and bool((lengths <= 3).all())
     assert torch.equal(turns.lengths, turns.mask.sum(1).long())
     assert int((turns.index >= 0).sum()) == len(lengths)
+
+
+def test_methods_needing_what_the_turn_loop_lacks_are_refused():
+    """No Monte Carlo continuations and no prefix trees on the language-model loop yet: the
+    spec check leaves out spo_chain and tree_grpo, and keeps the turn-level estimators."""
+    from workbench.spec import fitting_methods
+
+    for name in ("keydoor-lm", "toolcalc-lm"):
+        fits = fitting_methods(get_task(name), "advantage")
+        assert {"grpo", "rloo", "gigpo", "hgpo", "gae", "turn_gae"} <= set(fits), fits
+        assert not {"spo_chain", "tree_grpo"} & set(fits), fits
