@@ -339,8 +339,9 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
                                         batch_size=m * g, samples=env_steps)
         if wanted is not None:
             m = max(1, wanted // g)
-    if "eval/success" not in metrics or update % settings.eval_every:
+    if "eval/success" not in metrics:  # stopped between evaluations: measure where it ended
         metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
+        log(update, metrics)
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
 
