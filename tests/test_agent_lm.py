@@ -279,6 +279,20 @@ def test_the_warm_up_is_cached_by_its_settings_and_written_whole(tmp_path, monke
                        **{**kwargs, "noise": 0.2})
 
 
+def test_a_warm_up_killed_while_saving_leaves_no_checkpoint(tmp_path, monkeypatch):
+    from transformers import PreTrainedTokenizerFast
+
+    def crash(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "save_pretrained", crash)
+    with pytest.raises(KeyboardInterrupt):
+        warmup.warm_up("keydoor", {"size": 6}, layouts(2), layouts(1, split=2), KeyDoor,
+                       max_steps=4, model_config=TINY_MODEL, noise=0.3, steps=2, target=None,
+                       eval_every=50, batch_size=4, lr=1e-3, seed=0, cache_dir=tmp_path)
+    assert list((tmp_path / "agent-lm-warmup").iterdir()) == []
+
+
 # ----------------------------------------------------------------------------- the task
 
 
