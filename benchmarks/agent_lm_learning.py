@@ -8,7 +8,8 @@ checkpoint (step 0) and along the run, then the two numbers of each, their diffe
 ratio.
 
     python benchmarks/agent_lm_learning.py [--minutes 15] [--seed 0] [--task keydoor-lm]
-                                           [--advantage gigpo] [--json PATH]
+                                           [--advantage gigpo] [--malformed-penalty 0]
+                                           [--json PATH]
 """
 
 from __future__ import annotations
@@ -57,9 +58,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", default="keydoor-lm", choices=["keydoor-lm", "toolcalc-lm"])
     parser.add_argument("--advantage", default="gigpo")
+    parser.add_argument("--malformed-penalty", type=float, default=0.0,
+                        help="reward subtracted at a turn whose text names no action")
     parser.add_argument("--json", help="write the curve here")
     args = parser.parse_args()
-    curve = run(args.task, args.advantage, args.minutes, args.seed)
+    curve = run(args.task, args.advantage, args.minutes, args.seed,
+                malformed_penalty=args.malformed_penalty)
     first, last = curve[0], curve[-1]
     best = max(curve[1:], key=lambda p: p["eval_success"])
     ratio = (f"{last['eval_success'] / first['eval_success']:.2f}x"
