@@ -58,3 +58,32 @@ def test_toolcalc_sweep_and_report(tmp_path):
     table = (tmp_path / "report" / "table_agent-advantage-toolcalc.md").read_text()
     assert all(f"| {m}+adam" in table for m in names)
     assert (tmp_path / "report" / "curves_train-path_ratio_step.png").exists()
+
+
+def test_language_model_sweep_and_report(tmp_path, monkeypatch):
+    """The key-door sweep of the language-model turn loop through the real CLI, shrunk (a tiny
+    model and warm-up, cached once for every run): an episode-level (grpo), a turn-level group
+    (gigpo) and a turn-level value (turn_gae) estimator, and its report."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))  # the child processes' too
+    spec = yaml.safe_load((ROOT / "sweeps" / "agent-lm-keydoor.yaml").read_text())
+    spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=2,
+                                  group_size=2, max_steps=6, hidden=32, layers=1, heads=2,
+                                  intermediate=64, warmup_steps=10, warmup_target=None,
+                                  warmup_batch=16, eval_every=2)
+    spec["methods"]["advantage"] = ["grpo", "gigpo", "turn_gae"]
+    spec.update(seeds=1, trials=1, budget={"steps": 2}, sampler={"name": "random", "seed": 0})
+    path = tmp_path / "lm.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    store = f"sqlite:///{tmp_path / 'lm.db'}"
+    out = run_cli("sweep", path, "--storage", store, "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
+    names = ("grpo", "gigpo", "turn_gae")
+    assert done == {f"{m}+adam": "1/1" for m in names}, out.stdout
+    report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
+                     cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    table = (tmp_path / "report" / "table_agent-lm-keydoor.md").read_text()
+    assert all(f"| {m}+adam" in table for m in names), table
+    assert (tmp_path / "report" / "curves_train-malformed_fraction_step.png").exists()

@@ -19,6 +19,10 @@ SMALL_CONTROL = {"num_envs": 2, "rollout_len": 16, "minibatches": 2, "epochs": 1
 # of logged name (batch-size diagnostics, an entropy hook's metrics, a value head)
 TINY_AGENT = {"train_instances": 4, "eval_instances": 2, "instances_per_update": 2,
               "group_size": 2, "max_steps": 8, "hidden": 8}
+TINY_AGENT_LM = {"train_instances": 4, "eval_instances": 2, "instances_per_update": 2,
+                 "group_size": 2, "max_steps": 4, "hidden": 32, "layers": 1, "heads": 2,
+                 "intermediate": 64, "warmup_steps": 5, "warmup_target": None,
+                 "warmup_batch": 8}
 RUNS = [
     ("logreg", {}, {"batch_size": ("noise_scale", {})}),
     ("logreg", {"target_metric": "train/accuracy"}, {"batch_size": ("norm_test", {})}),
@@ -34,6 +38,7 @@ RUNS = [
     ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gae", {})}),
     ("toolcalc", TINY_AGENT, {"advantage": ("hgpo", {})}),
+    ("keydoor-lm", TINY_AGENT_LM, {"advantage": ("turn_gae", {})}),
 ]
 
 

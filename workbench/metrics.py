@@ -92,6 +92,15 @@ VOCABULARY: dict[str, Metric] = {
     "train/path_ratio": Metric("mean of optimal length / episode length over the update's "
                                "successful episodes (1: every one took a shortest path)",
                                "ratio"),
+    "train/malformed_fraction": Metric("fraction of the update's played turns whose action "
+                                       "text named no action (a no-op; language-model agent "
+                                       "tasks)", "fraction"),
+    "eval/success_sampled": Metric("fraction of the held-out instances solved within max_steps "
+                                   "by one episode of the policy sampled at its temperature "
+                                   "(language-model agent tasks)", "fraction"),
+    "eval/malformed_fraction": Metric("fraction of the held-out greedy episodes' turns whose "
+                                      "action text named no action (language-model agent "
+                                      "tasks)", "fraction"),
     "eval/success": Metric("fraction of the held-out instances the greedy policy solves "
                            "within max_steps (agent tasks)", "fraction"),
     "train/return_recent": Metric("mean return of the last 100 episodes", "return"),

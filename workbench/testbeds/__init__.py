@@ -1,6 +1,7 @@
 """The testbeds, one folder each (``optimisation``, ``control``, ``rlvr``, ``agent``), and the
 task registry: tasks by name. The pieces both RL testbeds share sit in ``shared``, the task contract
-in ``base``; no testbed imports another's folder.
+in ``base``; no testbed imports another's folder, except ``agent_lm``, which composes two
+(the agent environments played by the RLVR testbed's language model) and sits above them.
 
 A task's module is imported the first time its name is looked up, so a logreg sweep (or a spec
 that fails validation) never pays for the RLVR testbed's `transformers` import.
@@ -29,6 +30,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "rlvr-countdown": ("workbench.testbeds.rlvr.task", "RLVRCountdown"),
     "keydoor": ("workbench.testbeds.agent.task", "KeyDoorTask"),
     "toolcalc": ("workbench.testbeds.agent.task", "ToolCalcTask"),
+    "keydoor-lm": ("workbench.testbeds.agent_lm.task", "KeyDoorLMTask"),
+    "toolcalc-lm": ("workbench.testbeds.agent_lm.task", "ToolCalcLMTask"),
 }
 
 

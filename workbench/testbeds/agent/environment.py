@@ -11,6 +11,9 @@ from typing import Protocol
 
 import torch
 
+NO_OP = -1  # an action that leaves a row as it is; its step still counts (a malformed text
+# action of the language-model loop)
+
 
 @dataclass
 class Transition:
@@ -48,7 +51,8 @@ class AgentEnv(Protocol):
         """Every row back at its instance's start, at step 0."""
 
     def step(self, actions: torch.Tensor) -> Transition:
-        """One action per row; rows whose episode has ended stay as they are."""
+        """One action per row; rows whose episode has ended stay as they are, and so do rows
+        given ``NO_OP`` (their step counts towards ``max_steps``)."""
 
     def get_state(self) -> torch.Tensor:
         """(N, S) long: the whole dynamic state."""
@@ -65,6 +69,15 @@ class AgentEnv(Protocol):
 
     def text(self, row: int) -> str:
         """Row ``row``'s observation as a short text for a language model."""
+
+    def action_text(self, row: int, action: int) -> str:
+        """The text of action ``action`` in row ``row`` (``parse_action``'s inverse)."""
+
+    def parse_action(self, row: int, text: str) -> int | None:
+        """The action that ``text`` names in row ``row``, or None when it names none."""
+
+    def optimal_actions(self, row: int) -> list[int]:
+        """A shortest action sequence from row ``row``'s current state to its goal."""
 
 
 class EnvFactory(Protocol):

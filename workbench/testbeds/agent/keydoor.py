@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from workbench import seeds
-from workbench.testbeds.agent.environment import Transition
+from workbench.testbeds.agent.environment import NO_OP, Transition
 
 MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 ACTION_NAMES = ("up", "down", "left", "right")
@@ -147,12 +147,15 @@ class KeyDoor:
         self.done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 
     def step(self, actions: torch.Tensor) -> Transition:
-        """One move per row; rows whose episode has ended stay as they are."""
+        """One move per row; rows whose episode has ended stay as they are, and so do rows
+        given ``NO_OP`` (the step counts)."""
         active = ~self.done
-        target = self.pos + self.moves[actions.to(self.device)]
+        actions = actions.to(self.device)
+        noop = actions == NO_OP
+        target = self.pos + self.moves[actions.clamp(min=0)]
         at_door = (target == self.door).all(dim=1)
         blocked = self.walls[self.rows, target[:, 0], target[:, 1]] | (at_door & ~self.has_key)
-        moved = active & ~blocked
+        moved = active & ~blocked & ~noop
         self.pos = torch.where(moved[:, None], target, self.pos)
         self.has_key = self.has_key | (active & (self.pos == self.key).all(dim=1))
         self.elapsed = self.elapsed + active.long()
@@ -216,3 +219,22 @@ class KeyDoor:
         goal = "({},{})".format(*(int(v) for v in self.goal[row]))
         return (f"you ({r},{c}); key {key}; door {door}; goal {goal}; blocked: "
                 f"{' '.join(blocked) or 'none'}")
+
+    def action_text(self, row: int, action: int) -> str:
+        """The name of move ``action`` (``parse_action``'s inverse)."""
+        return ACTION_NAMES[action]
+
+    def parse_action(self, row: int, text: str) -> int | None:
+        """The move ``text`` names (``"up"``; case and surrounding spaces ignored), or None
+        when it names none."""
+        name = text.strip().lower()
+        return ACTION_NAMES.index(name) if name in ACTION_NAMES else None
+
+    def optimal_actions(self, row: int) -> list[int]:
+        """A shortest sequence of moves from row ``row``'s current cell (and key flag) to its
+        goal (``plan``; a held key is planned as lying where the agent stands)."""
+        here = tuple(int(v) for v in self.pos[row])
+        key = here if bool(self.has_key[row]) else tuple(int(v) for v in self.key[row])
+        found = plan(self.walls[row].cpu().numpy(), here, key,
+                     tuple(int(v) for v in self.door[row]), tuple(int(v) for v in self.goal[row]))
+        return found or []

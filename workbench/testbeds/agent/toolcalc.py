@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench import seeds
-from workbench.testbeds.agent.environment import Transition
+from workbench.testbeds.agent.environment import NO_OP, Transition
 
 KINDS = ("add", "sub", "mul", "div")
 MULTIPLICATIVE_MAX = 5  # the largest parameter of mul and div
@@ -184,10 +184,13 @@ class ToolCalc:
         self.done = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 
     def step(self, actions: torch.Tensor) -> Transition:
-        """One tool call per row; rows whose episode has ended stay as they are."""
+        """One tool call per row; rows whose episode has ended stay as they are, and so do
+        rows given ``NO_OP`` (the step counts)."""
         active = ~self.done
+        actions = actions.to(self.device)
         after, _ = self.outcomes()
-        self.value = torch.where(active, after[self.rows, actions.to(self.device)], self.value)
+        moved = active & (actions != NO_OP)
+        self.value = torch.where(moved, after[self.rows, actions.clamp(min=0)], self.value)
         self.elapsed = self.elapsed + active.long()
         terminated = active & (self.value == self.target)
         truncated = active & ~terminated & (self.elapsed >= self.max_steps)
@@ -270,3 +273,10 @@ class ToolCalc:
         tool = (match.group(1), int(match.group(2)))
         tools = self.puzzles[row].tools
         return tools.index(tool) if tool in tools else None
+
+    def optimal_actions(self, row: int) -> list[int]:
+        """A shortest sequence of calls from row ``row``'s current value to its target
+        (``plan``)."""
+        puzzle = self.puzzles[row]
+        found = plan(int(self.value[row]), puzzle.target, puzzle.tools, puzzle.max_value)
+        return found or []

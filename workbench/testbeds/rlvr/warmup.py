@@ -356,6 +356,16 @@ def warm_up(
             f"{target}; the checkpoint is weaker than intended (raise the cap or lower the "
             "target)", RuntimeWarning, stacklevel=2)
 
+    save_checkpoint(path, model, tokenizer, metadata)
+    return path
+
+
+def save_checkpoint(path: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                    metadata: Mapping[str, Any]) -> None:
+    """Write ``model``, ``tokenizer`` and ``metadata`` (``METADATA_FILE``, written last) to
+    ``path`` atomically: under a temporary name in the same folder, renamed when complete, so
+    a killed run never leaves a half checkpoint; when another process completed ``path``
+    first, its checkpoint is kept."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -369,4 +379,3 @@ def warm_up(
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return path

@@ -1,0 +1,30 @@
+"""The turn loop's knobs, declared without importing transformers (so listing the tasks or
+checking a spec never pays for it)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from workbench.testbeds.settings import Settings
+
+
+class TurnSettings(Settings):
+    """The turn loop's knobs."""
+
+    instances_per_update: int = Field(8, ge=1, le=65_536, description="M: task instances per "
+                                                                       "update")
+    group_size: int = Field(4, ge=1, le=1024, description="G: rollouts of each instance")
+    epochs: int = Field(1, ge=1, le=100)
+    minibatches: int = Field(2, ge=1, le=1024)
+    clip: float = Field(0.2, gt=0.0, le=10.0)
+    max_grad_norm: float | None = Field(1.0, gt=0.0)
+    value_coef: float = Field(0.5, ge=0.0, description="weight of the turn-level value loss "
+                                                         "(estimators that read values)")
+    temperature: float = Field(1.0, gt=0.0, le=10.0, description="sampling temperature of "
+                                                                  "the actions")
+    max_new_tokens: int = Field(8, ge=1, le=64, description="longest action text, <eos> "
+                                                            "included")
+    malformed_penalty: float = Field(0.0, ge=0.0, le=10.0, description="reward subtracted at "
+                                     "a turn whose text names no action (a no-op)")
+    eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
+                                                                 "evaluations")

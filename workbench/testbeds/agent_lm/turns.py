@@ -1,0 +1,412 @@
+"""The language-model turn loop: the agent tasks played by a small causal LM, one generated
+action per turn, trained with turn-level advantages spread over each turn's action tokens.
+
+One turn of every row still playing (``play_turns``):
+
+1. the prompt is the row's current observation text and a newline (``prompt_text``; the text
+   holds the whole observed state, so the episode so far is not repeated and sequences stay
+   short: about 90 characters on key-door);
+2. the rollout backend (``rlvr.backends``, batched ``generate`` with KV cache) samples an action
+   text from the policy, ending at ``<eos>`` or after ``max_new_tokens``;
+3. the environment parses it (``parse_action``); a text that names no action is a no-op
+   (``environment.NO_OP``: the row stays where it is, the turn counts towards ``max_steps``)
+   and costs ``malformed_penalty`` reward;
+4. the action tokens are scored under the sampling policy in one forward pass
+   (``rlvr.loop.response_log_probs``): per-token log-probabilities and entropies, and, with a
+   value head, the turn's value V(observation) read at the prompt's last token.
+
+The advantage slot is called at the **turn level**, with the network loop's (B = episodes,
+T = turns) inputs (``Turns.advantage_inputs``): ``rewards``, ``mask``, ``group_ids``,
+``anchor_ids`` (the observed state before each turn), ``dones``, ``terminated``,
+``old_log_probs`` (each turn's summed action-token log-probability) and, from the turn-level
+value head, ``values``/``next_values``. Each turn's advantage is then given to every one of
+its action tokens, and the policy is updated with the token-level PPO-clip loss
+(``shared.losses.ppo_clip_loss``, token-mean over action tokens only: prompt tokens and padding
+are masked out), the entropy slot's coefficient and hook, and (with a value head) the value
+loss on the turn returns; ``epochs`` x ``minibatches`` optimizer steps of the step-size slot
+over the update's turns. The batch-size slot sets the instances per update.
+
+Each update draws M training instances (``seeds.stream(seed, "prompts", update)``, as the
+network loop does) and plays each G times; turn k of update u samples from the stream
+``("rollouts", u, k)``. Held-out ``eval/success`` is the greedy policy's success on each held-out
+instance, measured before the first update (step 0: the starting checkpoint), every
+``eval_every`` updates and at the end; ``eval/success_sampled`` the same with one sampled
+episode per instance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from workbench import seeds
+from workbench.families import (
+    mean_over_steps,
+    minibatch_epochs,
+    observe_rl_stats,
+    open_rl_slots,
+    step_size_taken,
+)
+from workbench.testbeds.agent.environment import NO_OP, AgentEnv, EnvFactory, Instance
+from workbench.testbeds.agent_lm.settings import TurnSettings
+from workbench.testbeds.rlvr.backends import RolloutBackend, make_backend
+from workbench.testbeds.rlvr.loop import response_log_probs
+from workbench.testbeds.shared.losses import aggregate, ppo_clip_loss
+
+if TYPE_CHECKING:
+    from workbench.budget import Budget, LogFn
+
+
+def prompt_text(env: AgentEnv, row: int) -> str:
+    """What the model reads at a turn: the row's observation text and a newline."""
+    return env.text(row) + "\n"
+
+
+@dataclass
+class TurnTokens:
+    """Prompts (left-padded to ``prompt_width``) followed by responses (right-padded): the
+    layout ``rlvr.loop.response_log_probs`` reads, one row per turn."""
+
+    input_ids: torch.Tensor  # (N, prompt_width + R)
+    attention_mask: torch.Tensor  # (N, prompt_width + R)
+    response_mask: torch.Tensor  # (N, R) float: 1 on action tokens
+    prompt_width: int
+
+    @classmethod
+    def pack(cls, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+             pad_id: int, device: torch.device) -> TurnTokens:
+        width = max(len(p) for p in prompts)
+        horizon = max(1, max(len(r) for r in responses))
+        ids = torch.full((len(prompts), width + horizon), pad_id, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        response_mask = torch.zeros((len(prompts), horizon))
+        for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            ids[i, width - len(prompt):width] = torch.tensor(list(prompt), dtype=torch.long)
+            ids[i, width:width + len(response)] = torch.tensor(list(response), dtype=torch.long)
+            attention[i, width - len(prompt):width + len(response)] = 1
+            response_mask[i, :len(response)] = 1
+        return cls(ids.to(device), attention.to(device), response_mask.to(device), width)
+
+
+@dataclass
+class Turns:
+    """One batch of episodes at the turn level: (B, T) tensors (T: the longest episode's
+    turns), and the tokens of every played turn flattened turn by turn (``index`` maps a
+    (row, turn) to its flat position, -1 where the row's episode had ended)."""
+
+    rewards: torch.Tensor  # (B, T): 1 at the turn that reaches the goal, - penalty if malformed
+    mask: torch.Tensor  # (B, T) float: 1 where a turn was played
+    anchor_ids: torch.Tensor  # (B, T) long: the observed state before the turn
+    terminated: torch.Tensor  # (B, T) bool: the goal reached at that turn
+    dones: torch.Tensor  # (B, T) bool: the episode ended at that turn (goal or max_steps)
+    malformed: torch.Tensor  # (B, T) bool: the turn's text named no action
+    success: torch.Tensor  # (B,) bool
+    lengths: torch.Tensor  # (B,) long: turns played
+    index: torch.Tensor  # (B, T) long
+    generated_tokens: int
+    tokens: TurnTokens | None = None  # (N turns) when scored
+    token_log_probs: torch.Tensor | None = None  # (N, R) at sampling
+    token_entropy: torch.Tensor | None = None  # (N, R)
+    log_probs: torch.Tensor | None = None  # (B, T) each turn's summed action-token log-prob
+    values: torch.Tensor | None = None  # (B, T + 1) V before each turn, and after the last
+    next_values: torch.Tensor | None = None  # (B, T) V of the state each turn reached
+
+    def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every input the turn loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
+        inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
+                  "anchor_ids": self.anchor_ids, "dones": self.dones,
+                  "terminated": self.terminated, "old_log_probs": self.log_probs}
+        if self.values is not None:
+            inputs |= {"values": self.values, "next_values": self.next_values}
+        return inputs
+
+    def per_turn(self, table: torch.Tensor) -> torch.Tensor:
+        """(N,) the entries of a (B, T) ``table`` at the played turns, in flat order."""
+        played = self.index >= 0
+        flat = table.new_zeros(int(played.sum()))
+        flat[self.index[played]] = table[played]
+        return flat
+
+
+def _columns(rows: list[int], values, size: int, fill, dtype, device) -> torch.Tensor:
+    column = torch.full((size,), fill, dtype=dtype, device=device)
+    if rows:
+        column[torch.tensor(rows, device=device)] = torch.as_tensor(values, dtype=dtype,
+                                                                     device=device)
+    return column
+
+
+def play_turns(env: AgentEnv, model, tokenizer, backend: RolloutBackend, *,
+               sample_seed: Callable[[int], int] | None, temperature: float = 1.0,
+               max_new_tokens: int = 8, malformed_penalty: float = 0.0, score: bool = True,
+               value_head: torch.nn.Module | None = None) -> Turns:
+    """Every row of ``env`` from its start to the end of its episode, one generated action per
+    turn: sampled at ``temperature`` from the seed ``sample_seed(turn)``, or greedy when
+    ``sample_seed`` is None. With ``score``, the action tokens' log-probabilities and entropies
+    under the sampling policy (and with ``value_head`` each turn's value) are kept for the
+    update."""
+    env.reset()
+    rows_n, device = env.num_envs, env.device
+    pad_id = tokenizer.pad_token_id
+    columns: list[tuple] = []
+    prompts: list[list[int]] = []
+    responses: list[list[int]] = []
+    scored: list[tuple[torch.Tensor, torch.Tensor]] = []
+    success = torch.zeros(rows_n, dtype=torch.bool, device=device)
+    generated, turn = 0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        while not bool(env.done.all()):
+            rows = (~env.done).nonzero().squeeze(1).tolist()
+            anchors = env.anchor_keys()
+            out = backend.generate([prompt_text(env, r) for r in rows], 1,
+                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                   greedy=sample_seed is None,
+                                   seed=0 if sample_seed is None else sample_seed(turn))
+            parsed = [env.parse_action(r, text) for r, text in zip(rows, out.texts, strict=True)]
+            bad = [a is None for a in parsed]
+            actions = _columns(rows, [NO_OP if a is None else a for a in parsed], rows_n,
+                               NO_OP, torch.long, device)
+            moved = env.step(actions)
+            success |= moved.terminated
+            malformed = _columns(rows, bad, rows_n, False, torch.bool, device)
+            flat = _columns(rows, range(len(prompts), len(prompts) + len(rows)), rows_n, -1,
+                            torch.long, device)
+            summed = value = torch.zeros(rows_n, device=device)
+            if score:
+                tokens = TurnTokens.pack(out.prompt_ids, out.response_ids, pad_id, device)
+                log_probs, entropy, values = response_log_probs(model, tokens, temperature,
+                                                                value_head)
+                scored.append((log_probs, entropy))
+                summed = _columns(rows, log_probs.sum(dim=1), rows_n, 0.0, torch.float32,
+                                  device)
+                if values is not None:
+                    value = _columns(rows, values[:, 0], rows_n, 0.0, torch.float32, device)
+            prompts += out.prompt_ids
+            responses += out.response_ids
+            generated += sum(len(r) for r in out.response_ids)
+            reward = moved.reward - malformed_penalty * malformed.float()
+            columns.append((reward, moved.active.float(), anchors, moved.terminated,
+                            moved.terminated | moved.truncated, malformed, flat, summed, value))
+            turn += 1
+        (rewards, mask, anchor_ids, terminated, dones, malformed, index, summed, now) = (
+            torch.stack(x, dim=1) for x in zip(*columns, strict=True))
+        turns = Turns(rewards, mask, anchor_ids, terminated, dones, malformed, success,
+                      mask.sum(dim=1).long(), index, generated)
+        if score:
+            turns.tokens = TurnTokens.pack(prompts, responses, pad_id, device)
+            horizon = turns.tokens.response_mask.shape[1]
+            turns.token_log_probs, turns.token_entropy = (
+                torch.cat([torch.nn.functional.pad(part[i], (0, horizon - part[i].shape[1]))
+                           for part in scored], dim=0) for i in (0, 1))
+            turns.log_probs = summed
+            if value_head is not None:
+                turns.values, turns.next_values = _turn_values(
+                    env, model, tokenizer, value_head, now, mask, temperature)
+    model.train(was_training)
+    return turns
+
+
+def _turn_values(env, model, tokenizer, value_head, now, mask, temperature):
+    """(values (B, T + 1), next_values (B, T)): V before each turn, and V of the state each
+    turn reached (the next turn's V, or at a row's last turn the value of its final
+    observation, which a truncated episode bootstraps from)."""
+    rows = list(range(env.num_envs))
+    final_prompts = backend_prompt_ids(tokenizer, [prompt_text(env, r) for r in rows])
+    tokens = TurnTokens.pack(final_prompts, [[tokenizer.eos_token_id]] * len(rows),
+                             tokenizer.pad_token_id, env.device)
+    final = response_log_probs(model, tokens, temperature, value_head)[2][:, 0]
+    following = torch.cat([now[:, 1:], now.new_zeros(len(rows), 1)], dim=1)
+    continues = torch.cat([mask[:, 1:], mask.new_zeros(len(rows), 1)], dim=1) != 0
+    next_values = torch.where(continues, following, final[:, None].expand_as(now))
+    return torch.cat([now, final[:, None]], dim=1), next_values
+
+
+def backend_prompt_ids(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """The prompts' token ids as the rollout backend encodes them (``<bos>`` included)."""
+    return tokenizer(list(prompts))["input_ids"]
+
+
+def evaluate(env: AgentEnv, model, tokenizer, backend: RolloutBackend,
+             settings: TurnSettings, seed: int | None = None) -> dict[str, float]:
+    """The greedy policy on every row of ``env`` (one held-out instance each); with a run
+    ``seed``, also one episode sampled at ``temperature`` on each (turn k from the stream
+    ``("eval", k)``, the same at every evaluation). A greedy text policy that reads only the
+    current observation repeats itself wherever it returns to a state, so it can cycle where
+    the sampled one does not: both are logged."""
+    turns = play_turns(env, model, tokenizer, backend, sample_seed=None,
+                       max_new_tokens=settings.max_new_tokens, score=False)
+    played = turns.mask != 0
+    metrics = {"eval/success": float(turns.success.float().mean()),
+               "eval/malformed_fraction": float(turns.malformed[played].float().mean())}
+    if seed is not None:
+        sampled = play_turns(env, model, tokenizer, backend,
+                             sample_seed=lambda turn: seeds.int_seed(seed, "eval", turn),
+                             temperature=settings.temperature,
+                             max_new_tokens=settings.max_new_tokens, score=False)
+        metrics["eval/success_sampled"] = float(sampled.success.float().mean())
+    return metrics
+
+
+def train(model, tokenizer, value_head: torch.nn.Module | None,
+          train_instances: Sequence[Instance], eval_instances: Sequence[Instance],
+          methods: Mapping[str, Any], settings: TurnSettings, *, max_steps: int,
+          budget: Budget, seed: int, log: LogFn, device: torch.device,
+          make_env: EnvFactory) -> dict[str, Any]:
+    """RL updates until the budget is spent; returns the last metrics."""
+    m, g = settings.instances_per_update, settings.group_size
+    per_update = settings.epochs * settings.minibatches
+    total_updates = budget.planned_steps(m * g * max_steps)
+    params = list(model.parameters()) + (list(value_head.parameters()) if value_head else [])
+    slots = open_rl_slots(methods, params, updates=total_updates, per_update=per_update,
+                          batch=m * g, samples=budget.samples)
+    if slots.first_batch is not None:  # the batch slot sizes the instances per update
+        m = max(1, slots.first_batch // g)
+    backend = make_backend("hf", model, tokenizer, None, device)
+    order = seeds.torch_generator(seed, "minibatches")
+    evaluation = make_env(eval_instances, max_steps, device)
+    metrics = evaluate(evaluation, model, tokenizer, backend, settings, seed)
+    log(0, {**metrics, "cost/env_steps": 0.0, "cost/samples": 0.0, "time/wall_seconds": 0.0})
+    env_steps, tokens, seconds, update, diverged = 0, 0, 0.0, 0, False
+    while update < budget.steps:
+        started = time.perf_counter()
+        draw = seeds.numpy_generator(seed, "prompts", update)
+        chosen = draw.choice(len(train_instances), size=m, replace=len(train_instances) < m)
+        env = make_env([train_instances[i] for i in chosen for _ in range(g)], max_steps,
+                       device, instance_ids=[int(i) for i in chosen for _ in range(g)])
+        turns = play_turns(env, model, tokenizer, backend,
+                           sample_seed=lambda turn, u=update: seeds.int_seed(seed, "rollouts",
+                                                                             u, turn),
+                           temperature=settings.temperature,
+                           max_new_tokens=settings.max_new_tokens,
+                           malformed_penalty=settings.malformed_penalty, value_head=value_head)
+        played = int(turns.mask.sum())
+        env_steps += played
+        group_ids = torch.arange(m, device=device).repeat_interleave(g)
+        inputs = turns.advantage_inputs(group_ids)
+        advantages, returns = slots.advantage.compute(
+            **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
+        action_mask = turns.tokens.response_mask
+        entropy = float(aggregate(turns.token_entropy, action_mask, "token-mean"))
+        coefficient = slots.entropy.coefficient(update, entropy)
+        success = float(turns.success.float().mean())
+        stats = _update(model, value_head, slots, turns, advantages,
+                        returns if value_head is not None else None, coefficient, settings,
+                        update, success, order)
+        tokens += int(turns.tokens.attention_mask.sum()) * settings.epochs
+        seconds += time.perf_counter() - started
+        update += 1
+        valid = turns.mask != 0
+        optimal = torch.tensor([train_instances[i].optimal for i in chosen],
+                               device=device).repeat_interleave(g)
+        won = turns.success
+        metrics = {
+            **stats,
+            "train/success": success,
+            "train/return": float((turns.rewards * turns.mask).sum(dim=1).mean()),
+            "train/episode_length": float(turns.lengths.float().mean()),
+            "train/path_ratio": (float((optimal[won] / turns.lengths[won]).mean())
+                                 if bool(won.any()) else math.nan),
+            "train/malformed_fraction": float(turns.malformed[valid].float().mean()),
+            "train/rollout_entropy": entropy,
+            "adv/mean": float(advantages[valid].mean()),
+            "adv/std": float(advantages[valid].std()) if played > 1 else math.nan,
+            "adv/zero_fraction": float((advantages[valid] == 0).float().mean()),
+            "method/entropy_coef": coefficient,
+            "batch/prompts": float(m), "batch/group_size": float(g),
+            "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
+            "cost/generated_tokens": float(turns.generated_tokens),
+            "cost/tokens": float(tokens), "cost/updates": float(update),
+            "time/wall_seconds": seconds,
+            "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
+        }
+        if update % settings.eval_every == 0 or update == budget.steps:
+            metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
+        log(update, metrics)
+        if not math.isfinite(stats["train/policy_loss"]):
+            diverged = True
+            break
+        if budget.spent(env_steps, seconds):
+            break
+        wanted = slots.batch.after_step(update, loss=stats["train/policy_loss"],
+                                        grad_sq=stats["train/grad_norm"] ** 2,
+                                        batch_size=m * g, samples=env_steps)
+        if wanted is not None:
+            m = max(1, wanted // g)
+    if "eval/success" not in metrics:  # stopped between evaluations: measure where it ended
+        metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
+        log(update, metrics)
+    return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
+            "device": str(device)}
+
+
+def token_advantages(turns: Turns, advantages: torch.Tensor) -> torch.Tensor:
+    """(N, R): each played turn's advantage on every one of its action tokens, 0 elsewhere."""
+    return turns.per_turn(advantages.to(turns.token_log_probs.dtype))[:, None] \
+        * turns.tokens.response_mask
+
+
+def _update(model, value_head, slots, turns: Turns, advantages: torch.Tensor,
+            returns: torch.Tensor | None, coefficient: float, settings: TurnSettings,
+            update: int, success: float, order: torch.Generator) -> dict[str, float]:
+    """``epochs`` x ``minibatches`` clipped policy-gradient steps over the update's turns
+    (with ``returns``: the value head regressed on them too)."""
+    tokens, old = turns.tokens, turns.token_log_probs
+    adv = token_advantages(turns, advantages)
+    targets = None if returns is None else turns.per_turn(returns.to(old.dtype))
+    params = [p for group in slots.optimizer.param_groups for p in group["params"]]
+    per_step: list[dict[str, float]] = []
+    model.train()
+    for idx in minibatch_epochs(len(adv), epochs=settings.epochs,
+                                minibatches=settings.minibatches, generator=order,
+                                device=adv.device):
+        stats: dict[str, float] = {}
+
+        def closure(backward: bool = True, idx=idx, stats=stats):
+            with torch.set_grad_enabled(backward):
+                log_probs, entropy, values = response_log_probs(
+                    model, tokens, settings.temperature, value_head if targets is not None
+                    else None, rows=idx)
+                mask = tokens.response_mask[idx]
+                adjusted = slots.entropy.adjust_policy_loss(
+                    log_probs=log_probs, old_log_probs=old[idx], advantages=adv[idx],
+                    mask=mask, entropy=entropy, clip=settings.clip)
+                pg_loss, pg_stats = ppo_clip_loss(
+                    log_probs, old[idx], adv[idx], adjusted.mask,
+                    clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
+                    agg="token-mean", weight=adjusted.weight)
+                entropy_mean = aggregate(entropy, mask, "token-mean")
+                loss = pg_loss - coefficient * entropy_mean + adjusted.extra_loss
+                parts = {"train/policy_loss": float(pg_loss.detach()),
+                         "train/entropy": float(entropy_mean.detach()),
+                         **{f"train/{k}": float(pg_stats[k]) for k in (
+                             "approx_kl", "clip_frac_low", "clip_frac_high", "clip_frac")},
+                         **adjusted.metrics}
+                if targets is not None:
+                    value_loss = 0.5 * ((values[:, 0] - targets[idx]) ** 2).mean()
+                    loss = loss + settings.value_coef * value_loss
+                    parts["train/value_loss"] = float(value_loss.detach())
+            if not backward:
+                return loss.detach()
+            slots.optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in params if p.grad is not None],
+                settings.max_grad_norm if settings.max_grad_norm is not None else math.inf)
+            if not stats:
+                stats.update(parts, **{"train/grad_norm": float(norm)})
+            return loss.detach()
+
+        slots.optimizer.step(closure)
+        stats["method/step_size"] = step_size_taken(slots.optimizer)
+        observe_rl_stats(slots.optimizer, approx_kl=stats["train/approx_kl"],
+                         episodic_return=success, update=update)
+        per_step.append(stats)
+    model.eval()
+    return mean_over_steps(per_step)
