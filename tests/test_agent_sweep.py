@@ -1,5 +1,6 @@
 """The agent testbed through the real CLI: the key-door sweep with every estimator it
-compares (episode-level, step-level, Monte Carlo segment, tree on tree samples, PPO+GAE),
+compares (episode-level, step-level, Monte Carlo segment, tree on each one's tree samples,
+PPO+GAE),
 shrunk, a sweep on the tool-use puzzle, and their reports."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from tests.conftest import ROOT, run_cli
 def test_agent_sweep_and_report(tmp_path):
     spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-keydoor.yaml").read_text())
     spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
-                                  group_size=4, max_steps=12, hidden=16, eval_every=2)
+                                  group_size=4, max_steps=12, hidden=16, eval_every=2,
+                                  segment_branching=[2, 2], segment_length=3)
     spec.update(seeds=2, trials=1, budget={"steps": 3},
                 sampler={"name": "random", "seed": 0})
     path = tmp_path / "agent.yaml"
@@ -36,12 +38,13 @@ def test_agent_sweep_and_report(tmp_path):
 
 def test_toolcalc_sweep_and_report(tmp_path):
     """The tool-use puzzle through the same loop, sweep and report, with each estimator kind:
-    episode-level (grpo), step-level (gigpo, hgpo), tree (tree_grpo, on tree samples) and a
-    value head (gae)."""
+    episode-level (grpo), step-level (gigpo, hgpo), tree (tree_grpo and spo_tree, each on its
+    own sampler's trees) and a value head (gae)."""
     spec = yaml.safe_load((ROOT / "sweeps" / "agent-advantage-toolcalc.yaml").read_text())
     spec["task"]["params"].update(train_instances=8, eval_instances=4, instances_per_update=4,
                                   group_size=4, max_steps=8, hidden=16, eval_every=2)
-    spec["methods"]["advantage"] = ["grpo", "gigpo", "hgpo", "tree_grpo", "gae"]
+    spec["task"]["params"]["segment_branching"] = [2, 2]
+    spec["methods"]["advantage"] = ["grpo", "gigpo", "hgpo", "tree_grpo", "spo_tree", "gae"]
     spec.update(seeds=1, trials=1, budget={"steps": 3}, sampler={"name": "random", "seed": 0})
     path = tmp_path / "toolcalc.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -50,7 +53,7 @@ def test_toolcalc_sweep_and_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split() for line in out.stdout.splitlines()]
     done = {row[0]: row[1] for row in rows if row and row[0].endswith("+adam")}
-    names = ("grpo", "gigpo", "hgpo", "tree_grpo", "gae")
+    names = ("grpo", "gigpo", "hgpo", "tree_grpo", "spo_tree", "gae")
     assert done == {f"{m}+adam": "1/1" for m in names}, out.stdout
     report = run_cli("report", path, "--storage", store, "--out", tmp_path / "report",
                      cwd=tmp_path)

@@ -430,6 +430,11 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             continue
         default = registry.get(slot, task.default_methods[slot])
         per_slot.append([MethodChoice(slot, default, {}, {}, implicit=True)])
+    if not problems:
+        for choice in (c for choices in per_slot for c in choices):
+            found = task.method_problem(task_params, choice.cls)
+            if found is not None:
+                problems.append(SpecError(source, f"task.params.{found[0]}", found[1]))
     if problems:
         raise SpecError.of(problems)
 

@@ -64,6 +64,7 @@ class TreeGRPO(AdvantageMethod):
         "epsilon": Float(1e-6, minimum=0.0, help="added to each std"),
     }
     requires = frozenset({"rewards", "mask", "group_ids", "tree_ids"})
+    tree_sampler = "expansion"
     reference = Reference(
         "Ji et al., Tree Search for LLM Agent Reinforcement Learning (Tree-GRPO)", 2025,
         "github.com/AMAP-ML/Tree-GRPO verl/trainer/ppo/ray_trainer_ts.py compute_advantage "

@@ -15,7 +15,12 @@ A method's ``requires`` names what the task must provide (``Task.provides``, nam
 
 from workbench.families import advantage, batch_size, entropy, step_size
 from workbench.families._checks import ContractViolation, configurations
-from workbench.families.advantage import AdvantageMethod, ValueRequest, monte_carlo_values
+from workbench.families.advantage import (
+    TREE_SAMPLERS,
+    AdvantageMethod,
+    ValueRequest,
+    monte_carlo_values,
+)
 from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
 from workbench.families.checks import check, check_all
 from workbench.families.entropy import EntropyMethod, EntropySlot, LossAdjustment
@@ -34,8 +39,8 @@ REQUIRABLE: frozenset[str] = frozenset().union(
     *(module.REQUIRABLE for module in (step_size, batch_size, entropy, advantage)))
 
 __all__ = [
-    "REQUIRABLE", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod", "BatchSlot",
-    "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
+    "REQUIRABLE", "TREE_SAMPLERS", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod",
+    "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
     "StepSizeMethod", "ValueRequest", "monte_carlo_values", "open_rl_slots",
     "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "step_size", "step_size_taken",

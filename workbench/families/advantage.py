@@ -80,6 +80,14 @@ REQUIRABLE: Mapping[str, str] = {
                       "sum_c w_c * (sum_t rubric[:, t, c])",
 }
 
+#: The tree samplers a loop can grow rollouts with (``AdvantageMethod.tree_sampler``).
+TREE_SAMPLERS: Mapping[str, str] = {
+    "expansion": "Tree-GRPO's: M trees per instance, each one rollout from the start, then rounds "
+                 "of N expansions from nodes drawn uniformly, K leaves kept per tree",
+    "segments": "SPO-tree's: one tree per instance that branches b_d ways at the end of every "
+                "segment of a fixed number of steps (depth d), every leaf kept",
+}
+
 #: The properties a method may declare in ``invariants`` for the contract to check.
 KNOWN_INVARIANTS: Mapping[str, str] = {
     "zero_mean_per_group": "within each group the advantages average to 0 over its valid "
@@ -107,6 +115,9 @@ class AdvantageMethod(Method):
 
     family = FAMILY
     invariants: ClassVar[frozenset[str]] = frozenset()
+    #: the sampler its reference grows rollouts with, which a loop uses under ``sampling:
+    #: auto`` (``TREE_SAMPLERS``); None: independent rollouts
+    tree_sampler: ClassVar[str | None] = None
 
     def compute(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -294,6 +305,9 @@ def check_configuration(cls, overrides, method) -> None:
                     f"step {step}); padding must not leak into valid results")
     if "mc_values" in inputs:
         problems += _value_request_problems(method, inputs, out, valid)
+    if cls.tree_sampler is not None and cls.tree_sampler not in TREE_SAMPLERS:
+        problems.append(f"tree_sampler {cls.tree_sampler!r} is not a tree sampler; allowed: "
+                        f"{', '.join(TREE_SAMPLERS)} or None")
     problems += _invariant_problems(cls, out[0], full["group_ids"], valid)
     if problems:
         raise ContractViolation(*problems)

@@ -65,6 +65,12 @@ class Task:
                 f"{cls.__qualname__}.provides names {', '.join(unknown)}, which no family lets "
                 "a method require (workbench.families.REQUIRABLE)")
 
+    @classmethod
+    def method_problem(cls, params: TaskParams, method: type) -> tuple[str, str] | None:
+        """Why ``method`` cannot run under these (valid) ``params``, as (the params key, the
+        message), or None; the sweep spec check reports it before anything runs."""
+        return None
+
     def run(
         self,
         params: TaskParams,

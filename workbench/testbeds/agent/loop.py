@@ -11,11 +11,13 @@ steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the 
 annotations); for a method that reads ``mc_values``, the states its ``value_request`` names
 are restored and played on by the sampling policy (``continuation_returns``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own.
-With ``sampling: tree`` (or ``auto`` and an advantage method that reads ``tree_ids``) the G
-rows of an instance are instead the kept leaves of ``tree_count`` trees grown by restoring the
-environment at chosen steps (``tree.play_trees``: Tree-GRPO's sampler), each row a leaf's whole
-path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps`` counts the steps
-played, a shared prefix once; the loss counts a shared step in each row through it
+With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
+``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
+Tree-GRPO's sampler); with ``sampling: segments`` the leaves of one tree branching every
+``segment_length`` steps (``tree.play_segment_trees``: SPO-tree's, at most G rows per instance);
+``auto`` takes the advantage method's own ``tree_sampler`` (none: independent rollouts). Each
+row is a leaf's whole path, and ``tree_ids``/``node_ids`` pass the trees on; ``cost/env_steps``
+counts the steps played, a shared prefix once; the loss counts a shared step in each row through it
 (``tree_shared_steps: per_leaf``, the reference's) or once (``once``). Independent rollouts
 are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
@@ -43,6 +45,7 @@ from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.families import (
+    AdvantageMethod,
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
@@ -74,15 +77,24 @@ class AgentSettings(Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
-    sampling: Literal["independent", "tree", "auto"] = Field(
+    sampling: Literal["independent", "tree", "segments", "auto"] = Field(
         "independent", description="independent: G rollouts of each instance; tree: the G rows "
-        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); auto: "
-        "tree exactly when the advantage method reads tree_ids")
+        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); "
+        "segments: the leaves of one tree per instance branching segment_branching[d] ways "
+        "every segment_length steps (SPO-tree's sampler); auto: the sampler the advantage "
+        "method's reference uses (its tree_sampler), independent rollouts for the others")
     tree_count: int = Field(2, ge=1, le=1024, description="M: trees per instance (tree "
                                                             "sampling)")
     tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
                                                                  "in each round")
     tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
+    segment_branching: list[int] = Field(
+        [2, 2, 2], min_length=1, max_length=16, description="segments sampling: the branches "
+        "at the start of each depth's segment (their product is group_size, the most leaves "
+        "a tree has)")
+    segment_length: int = Field(4, ge=1, le=100_000, description="segments sampling: steps "
+                                                                 "per segment (the last depth "
+                                                                 "plays to the episode's end)")
     tree_shared_steps: Literal["per_leaf", "once"] = Field(
         "per_leaf", description="how the loss counts a step shared by k kept leaves: in each "
         "of their rows with its row's advantage (per_leaf: Tree-GRPO's rows are whole paths), "
@@ -90,8 +102,13 @@ class AgentSettings(Settings):
 
     @model_validator(mode="after")
     def _trees_give_enough_leaves(self):
-        if self.sampling == "independent":
-            return self
+        if self.sampling in ("tree", "auto"):
+            self._check_expansion_trees()
+        if self.sampling == "segments":
+            self._check_segment_trees()
+        return self
+
+    def _check_expansion_trees(self) -> None:
         if self.group_size % self.tree_count:
             raise ValueError(f"group_size ({self.group_size}) must be a multiple of tree_count "
                              f"({self.tree_count}) under sampling: {self.sampling} (each tree "
@@ -102,12 +119,22 @@ class AgentSettings(Settings):
                              f"leaves, fewer than the group_size / tree_count = "
                              f"{self.group_size // self.tree_count} it must give; raise "
                              "tree_expansions or tree_rounds, or lower group_size")
-        return self
 
-    def tree_sampling(self, advantage_inputs: frozenset[str]) -> bool:
-        """Whether rollouts grow as trees, given what the advantage method reads."""
-        return self.sampling == "tree" or (self.sampling == "auto"
-                                           and "tree_ids" in advantage_inputs)
+    def _check_segment_trees(self) -> None:
+        leaves = math.prod(self.segment_branching)
+        if leaves != self.group_size or min(self.segment_branching) < 1:
+            raise ValueError(f"segment_branching {self.segment_branching} gives up to {leaves} "
+                             f"leaves per instance; under sampling: {self.sampling} its product "
+                             f"must be group_size ({self.group_size}), each entry >= 1")
+
+    def tree_sampler(self, method: AdvantageMethod) -> str | None:
+        """The sampler rollouts grow with for ``method`` (``families.TREE_SAMPLERS``; None:
+        independent rollouts); under ``auto``, checked here for that sampler."""
+        if self.sampling != "auto":
+            return {"tree": "expansion", "segments": "segments"}.get(self.sampling)
+        if method.tree_sampler == "segments":
+            self._check_segment_trees()
+        return method.tree_sampler
 
 
 @dataclass
@@ -129,6 +156,7 @@ class Episodes:
     values: torch.Tensor | None = None  # (B, T + 1) value of each step's state, and after
     next_values: torch.Tensor | None = None  # (B, T) value of the state each step reached
     tree_ids: torch.Tensor | None = None  # (B,) long, tree sampling: each row's tree
+    groups: torch.Tensor | None = None  # (B,) long, tree sampling: each row's instance (0..M-1)
     node_ids: torch.Tensor | None = None  # (B, T) long, tree sampling: each step's node
     rubric: torch.Tensor | None = None  # (B, T, C) the judge's annotations (rubric.py)
     rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
@@ -154,9 +182,11 @@ class Episodes:
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
          values: bool = False, *, reset: bool = True,
-         judge: JudgeFactory | None = None) -> Episodes:
+         judge: JudgeFactory | None = None, limit: int | None = None) -> Episodes:
     """Every row of ``env`` from its start (without ``reset``: from its current state) to the
-    end of its episode; actions sampled from ``generator``'s stream, or greedy when it is None;
+    end of its episode, or for at most ``limit`` steps (the rows still playing then are left
+    in their state, not done); actions sampled from ``generator``'s stream, or greedy when it
+    is None;
     with ``values``, the value head's estimates of each state and of the state each step
     reached; with a ``judge``, its rubric annotations of every step (``rubric.Judge``; from the
     start only: a judge remembers the episode so far)."""
@@ -169,7 +199,7 @@ def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
     steps: list[tuple] = []
     success = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     with torch.no_grad():
-        while not bool(env.done.all()):
+        while not bool(env.done.all()) and (limit is None or len(steps) < limit):
             obs, anchors, state = env.observe(), env.anchor_keys(), env.get_state()
             dist = policy.distribution(obs)
             if generator is None:
@@ -233,13 +263,14 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
     from workbench.testbeds.agent.tree import (  # it builds on play
+        SegmentShape,
         TreeShape,
         once_per_node,
+        play_segment_trees,
         play_trees,
     )
 
-    trees = (TreeShape.of(settings) if settings.tree_sampling(slots.advantage_inputs)
-             else None)
+    trees = settings.tree_sampler(slots.advantage)
     judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
     if trees is not None and judge is not None:
         raise ValueError("sampling: tree cannot carry the rubric judge's memory of an episode "
@@ -257,17 +288,26 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         if trees is None:
             episodes = play(env, policy, rollouts, values=critic, judge=judge)
             played = int(episodes.mask.sum())
-        else:
+        elif trees == "expansion":
             episodes, played = play_trees(
-                [train_layouts[i] for i in chosen], [int(i) for i in chosen], trees, policy,
-                rollouts, seeds.numpy_generator(seed, "branches", update), max_steps=max_steps,
+                [train_layouts[i] for i in chosen], [int(i) for i in chosen],
+                TreeShape.of(settings), policy, rollouts,
+                seeds.numpy_generator(seed, "branches", update), max_steps=max_steps,
+                device=device, make_env=make_env, values=critic)
+        else:
+            episodes, played = play_segment_trees(
+                [train_layouts[i] for i in chosen], [int(i) for i in chosen],
+                SegmentShape.of(settings), policy, rollouts, max_steps=max_steps,
                 device=device, make_env=make_env, values=critic)
         env_steps += played
-        group_ids = torch.arange(m, device=device).repeat_interleave(g)
+        group_ids = (episodes.groups if episodes.groups is not None
+                     else torch.arange(m, device=device).repeat_interleave(g))
         inputs = episodes.advantage_inputs(group_ids)
         if "mc_values" in slots.advantage_inputs:
-            def estimate(rows, columns, n, chosen=chosen, states=episodes.states):
-                instances = [int(chosen[row // g]) for row in rows.tolist() for _ in range(n)]
+            def estimate(rows, columns, n, chosen=chosen, states=episodes.states,
+                         groups=group_ids):
+                instances = [int(chosen[groups[row]]) for row in rows.tolist()
+                             for _ in range(n)]
                 branch = make_env([train_layouts[i] for i in instances], max_steps, device,
                                   instance_ids=instances)
                 return continuation_returns(branch, states[rows, columns], n, policy, rollouts)
@@ -289,7 +329,7 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         update += 1
         valid = episodes.mask != 0
         optimal = torch.tensor([train_layouts[i].optimal for i in chosen],
-                               device=device).repeat_interleave(g)
+                               device=device)[group_ids]
         won = episodes.success
         metrics = {
             **stats,

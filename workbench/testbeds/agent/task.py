@@ -107,6 +107,18 @@ class AgentTask(Task):
                "time/env_steps_per_second": "maximize"}
     default_objective = "eval/success"
 
+    @classmethod
+    def method_problem(cls, params, method):
+        """Under ``sampling: auto`` an advantage method gets its reference's tree sampler; its
+        shape must then give the group (``AgentSettings.tree_sampler``)."""
+        if getattr(method, "family", None) != "advantage":
+            return None
+        try:
+            params.tree_sampler(method)
+        except ValueError as err:
+            return "segment_branching", f"{method.name} grows its rows by segments: {err}"
+        return None
+
     def instance(self, params, split: int, index: int) -> Instance:
         """Instance ``index`` of ``split`` (0: train, 1: held out) under ``params``."""
         raise NotImplementedError

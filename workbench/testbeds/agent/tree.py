@@ -1,5 +1,7 @@
-"""Tree sampling for the network loop (Tree-GRPO's sampler): rollouts of an instance grown as
-trees that branch from shared prefixes, the environment restored at the branching step.
+"""Tree sampling for the network loop: rollouts of an instance grown as trees that branch from
+shared prefixes, the environment restored at the branching step. Two samplers
+(``families.TREE_SAMPLERS``): Tree-GRPO's (``play_trees``) and SPO-tree's
+(``play_segment_trees``).
 
 For each instance, ``trees`` (M) trees; a tree's root is the instance's start, a node is one
 played step (its state: the environment's after that step; the reference's node is one turn,
@@ -20,6 +22,13 @@ The draws come from the ``branches`` stream, the actions from the loop's ``actio
 ``tree_ids`` name each row's tree, ``node_ids`` each step's node (the same id where rows share
 the step; -1 at padding). The steps played (every node, pruned branches included, a shared
 prefix once) are what the sampler returns as its cost.
+
+SPO-tree's sampler (``play_segment_trees``; AIFrameResearch/SPO ``hybrid_inference_strategy.py``
+``_construct_tree`` with a ``list`` branch-factor strategy): one tree per instance; at depth d
+every open node (the root first) branches ``branching[d]`` ways, each branch playing
+``segment`` steps (the last depth: to the end of its episode); a branch whose episode ends is a
+leaf. Every leaf is kept (at most prod(branching) rows per instance; fewer where episodes end
+early), and ``groups`` names each row's instance.
 
 How the loss counts a step shared by k kept leaves (``tree_shared_steps``): ``per_leaf`` (the
 reference's convention) in each of its k rows with that row's advantage; ``once``
@@ -57,13 +66,26 @@ class TreeShape:
                    settings.group_size // settings.tree_count)
 
 
+@dataclass(frozen=True)
+class SegmentShape:
+    """One tree per instance branching ``branching[d]`` ways every ``segment`` steps."""
+
+    branching: tuple[int, ...]
+    segment: int
+
+    @classmethod
+    def of(cls, settings: AgentSettings) -> SegmentShape:
+        return cls(tuple(settings.segment_branching), settings.segment_length)
+
+
 class _Nodes:
     """The grown trees as a flat table: roots first (one per tree), then each played step."""
 
     def __init__(self, roots: torch.Tensor, tree_layouts: list[Instance],
-                 tree_instances: list[int], make_env: EnvFactory):
+                 tree_instances: list[int], tree_groups: list[int], make_env: EnvFactory):
         n, device = len(roots), roots.device
         self.tree_layouts, self.tree_instances = tree_layouts, tree_instances
+        self.tree_groups = torch.tensor(tree_groups, dtype=torch.long, device=device)
         self.make_env = make_env
         self.roots = n
         self.state = roots  # (nodes, 5)
@@ -74,13 +96,14 @@ class _Nodes:
         self.steps: dict[str, torch.Tensor] = {}  # field -> (nodes - roots, ...)
 
     def grow(self, start: torch.Tensor, policy: Policy, generator: torch.Generator,
-             max_steps: int, values: bool) -> None:
-        """Play on from each node of ``start`` to the end of an episode; add the steps."""
+             max_steps: int, values: bool, limit: int | None = None) -> torch.Tensor:
+        """Play on from each node of ``start`` to the end of an episode (or ``limit`` steps);
+        add the steps; the last node each row reached."""
         trees = self.tree[start].tolist()
         env = self.make_env([self.tree_layouts[t] for t in trees], max_steps, start.device,
                             instance_ids=[self.tree_instances[t] for t in trees])
         env.set_state(self.state[start])
-        played = play(env, policy, generator, values=values, reset=False)
+        played = play(env, policy, generator, values=values, reset=False, limit=limit)
         valid = played.mask != 0
         # a step's state after it: the next step's state before, or the row's final state
         after = torch.cat([played.states[:, 1:], env.get_state()[:, None]], dim=1)
@@ -100,6 +123,7 @@ class _Nodes:
             new["value_after"] = played.next_values[valid]
         self.steps = {k: torch.cat([self.steps[k], v]) if k in self.steps else v
                       for k, v in new.items()}
+        return ids.gather(1, (played.lengths - 1).clamp(min=0)[:, None]).squeeze(1)
 
     def by_tree(self, leaves: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The leaves (or the other nodes, roots among them) ordered by tree, then by id; how
@@ -117,11 +141,8 @@ def play_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShap
     """``shape.trees`` trees grown on each instance (module docstring); the kept leaves'
     paths as ``Episodes`` (rows: instance, then tree, then leaf) with ``tree_ids`` and
     ``node_ids``, and the number of environment steps played."""
-    tree_layouts = [layout for layout in layouts for _ in range(shape.trees)]
-    tree_instances = [i for i in instance_ids for _ in range(shape.trees)]
-    start = make_env(tree_layouts, max_steps, device, instance_ids=tree_instances)
-    nodes = _Nodes(start.get_state(), tree_layouts, tree_instances, make_env)
-    nodes.grow(torch.arange(len(tree_layouts), device=device), policy, generator, max_steps,
+    nodes = _roots(layouts, instance_ids, shape.trees, max_steps, device, make_env)
+    nodes.grow(torch.arange(len(nodes.tree_layouts), device=device), policy, generator, max_steps,
                values)
     for _ in range(shape.rounds):  # N draws per tree, uniform with replacement
         inner, counts, first = nodes.by_tree(leaves=False)
@@ -140,6 +161,37 @@ def play_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShap
     kept = kept[torch.argsort(nodes.tree[kept] * len(nodes.tree) + kept)]  # tree, then id
     episodes = _paths(nodes, kept, values)
     return episodes, len(nodes.tree) - nodes.roots
+
+
+def play_segment_trees(layouts: list[Instance], instance_ids: list[int], shape: SegmentShape,
+                       policy: Policy, generator: torch.Generator, *, max_steps: int,
+                       device: torch.device, make_env: EnvFactory, values: bool = False
+                       ) -> tuple[Episodes, int]:
+    """SPO-tree's tree on each instance (module docstring): every leaf's path as a row of
+    ``Episodes`` (by instance, then leaf id) with ``tree_ids``, ``node_ids`` and ``groups``,
+    and the number of environment steps played."""
+    nodes = _roots(layouts, instance_ids, 1, max_steps, device, make_env)
+    frontier = torch.arange(len(layouts), device=device)
+    for depth, ways in enumerate(shape.branching):
+        if len(frontier) == 0:
+            break
+        last = depth == len(shape.branching) - 1
+        reached = nodes.grow(frontier.repeat_interleave(ways), policy, generator, max_steps,
+                             values, limit=None if last else shape.segment)
+        frontier = reached[(reached >= 0) & ~nodes.leaf[reached.clamp(min=0)]]
+    leaves = torch.nonzero(nodes.leaf).squeeze(1)
+    leaves = leaves[torch.argsort(nodes.tree[leaves] * len(nodes.tree) + leaves)]
+    return _paths(nodes, leaves, values), len(nodes.tree) - nodes.roots
+
+
+def _roots(layouts: list[Instance], instance_ids: list[int], trees: int, max_steps: int,
+           device: torch.device, make_env: EnvFactory) -> _Nodes:
+    """``trees`` roots per instance (its start state), tree t of instance t // trees."""
+    tree_layouts = [layout for layout in layouts for _ in range(trees)]
+    tree_instances = [i for i in instance_ids for _ in range(trees)]
+    start = make_env(tree_layouts, max_steps, device, instance_ids=tree_instances)
+    return _Nodes(start.get_state(), tree_layouts, tree_instances,
+                  [g for g in range(len(layouts)) for _ in range(trees)], make_env)
 
 
 def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
@@ -169,7 +221,7 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
         terminated=terminated, dones=fields["dones"],
         # as ``play`` records them: at padding, the state the episode ended in
         states=torch.where(valid[:, :, None], fields["states"], nodes.state[leaves][:, None]),
-        tree_ids=nodes.tree[leaves], node_ids=path)
+        tree_ids=nodes.tree[leaves], node_ids=path, groups=nodes.tree_groups[nodes.tree[leaves]])
     if values:
         now, after = gathered("value_now"), gathered("value_after")
         last = after[torch.arange(rows, device=leaves.device), lengths - 1]
