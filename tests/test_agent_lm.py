@@ -336,11 +336,12 @@ def test_backend_generates_one_action_per_active_row(tiny):
 
 
 def test_methods_needing_what_the_turn_loop_lacks_are_refused():
-    """No Monte Carlo continuations and no prefix trees on the language-model loop yet: the
-    spec check leaves out spo_chain and tree_grpo, and keeps the turn-level estimators."""
+    """No Monte Carlo continuations on the language-model loop: the spec check leaves out
+    spo_chain, and keeps the turn-level and the tree estimators (tests/test_agent_lm_trees.py)."""
     from workbench.spec import fitting_methods
 
     for name in ("keydoor-lm", "toolcalc-lm"):
         fits = fitting_methods(get_task(name), "advantage")
-        assert {"grpo", "rloo", "gigpo", "hgpo", "gae", "turn_gae"} <= set(fits), fits
-        assert not {"spo_chain", "tree_grpo"} & set(fits), fits
+        assert {"grpo", "rloo", "gigpo", "hgpo", "gae", "turn_gae", "tree_grpo",
+                "spo_tree"} <= set(fits), fits
+        assert "spo_chain" not in fits, fits

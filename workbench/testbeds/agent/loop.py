@@ -38,14 +38,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
-    AdvantageMethod,
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
@@ -56,6 +55,7 @@ from workbench.families import (
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import JudgeFactory
+from workbench.testbeds.agent.sampling import TreeSampling
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from workbench.budget import Budget, LogFn
 
 
-class AgentSettings(Settings):
-    """The loop's knobs."""
+class AgentSettings(TreeSampling, Settings):
+    """The loop's knobs (how rollouts are sampled: ``TreeSampling``)."""
 
     instances_per_update: int = Field(16, ge=1, le=65_536, description="M: task instances "
                                                                         "per update")
@@ -77,64 +77,6 @@ class AgentSettings(Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
-    sampling: Literal["independent", "tree", "segments", "auto"] = Field(
-        "independent", description="independent: G rollouts of each instance; tree: the G rows "
-        "are G / tree_count leaves of each of tree_count trees (Tree-GRPO's sampler); "
-        "segments: the leaves of one tree per instance branching segment_branching[d] ways "
-        "every segment_length steps (SPO-tree's sampler); auto: the sampler the advantage "
-        "method's reference uses (its tree_sampler), independent rollouts for the others")
-    tree_count: int = Field(2, ge=1, le=1024, description="M: trees per instance (tree "
-                                                            "sampling)")
-    tree_expansions: int = Field(2, ge=1, le=1024, description="N: nodes of each tree expanded "
-                                                                 "in each round")
-    tree_rounds: int = Field(1, ge=0, le=64, description="L: expansion rounds")
-    segment_branching: list[int] = Field(
-        [2, 2, 2], min_length=1, max_length=16, description="segments sampling: the branches "
-        "at the start of each depth's segment (their product is group_size, the most leaves "
-        "a tree has)")
-    segment_length: int = Field(4, ge=1, le=100_000, description="segments sampling: steps "
-                                                                 "per segment (the last depth "
-                                                                 "plays to the episode's end)")
-    tree_shared_steps: Literal["per_leaf", "once"] = Field(
-        "per_leaf", description="how the loss counts a step shared by k kept leaves: in each "
-        "of their rows with its row's advantage (per_leaf: Tree-GRPO's rows are whole paths), "
-        "or once with the mean of their advantages")
-
-    @model_validator(mode="after")
-    def _trees_give_enough_leaves(self):
-        if self.sampling in ("tree", "auto"):
-            self._check_expansion_trees()
-        if self.sampling == "segments":
-            self._check_segment_trees()
-        return self
-
-    def _check_expansion_trees(self) -> None:
-        if self.group_size % self.tree_count:
-            raise ValueError(f"group_size ({self.group_size}) must be a multiple of tree_count "
-                             f"({self.tree_count}) under sampling: {self.sampling} (each tree "
-                             "gives group_size / tree_count leaves)")
-        grown = 1 + self.tree_rounds * self.tree_expansions
-        if self.group_size // self.tree_count > grown:
-            raise ValueError(f"each tree grows 1 + tree_rounds x tree_expansions = {grown} "
-                             f"leaves, fewer than the group_size / tree_count = "
-                             f"{self.group_size // self.tree_count} it must give; raise "
-                             "tree_expansions or tree_rounds, or lower group_size")
-
-    def _check_segment_trees(self) -> None:
-        leaves = math.prod(self.segment_branching)
-        if leaves != self.group_size or min(self.segment_branching) < 1:
-            raise ValueError(f"segment_branching {self.segment_branching} gives up to {leaves} "
-                             f"leaves per instance; under sampling: {self.sampling} its product "
-                             f"must be group_size ({self.group_size}), each entry >= 1")
-
-    def tree_sampler(self, method: AdvantageMethod) -> str | None:
-        """The sampler rollouts grow with for ``method`` (``families.TREE_SAMPLERS``; None:
-        independent rollouts); under ``auto``, checked here for that sampler."""
-        if self.sampling != "auto":
-            return {"tree": "expansion", "segments": "segments"}.get(self.sampling)
-        if method.tree_sampler == "segments":
-            self._check_segment_trees()
-        return method.tree_sampler
 
 
 @dataclass

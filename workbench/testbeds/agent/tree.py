@@ -37,16 +37,17 @@ reference's convention) in each of its k rows with that row's advantage; ``once`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from workbench.testbeds.agent.environment import EnvFactory, Instance
-from workbench.testbeds.agent.loop import AgentSettings, Episodes, play
+from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
+from workbench.testbeds.agent.loop import Episodes, play
 from workbench.testbeds.agent.policy import Policy
 
-# per-step fields a node keeps (``Episodes`` attributes), as played
+# per-step fields a node keeps (``Episodes`` attributes), as the network loop plays them
 _FIELDS = ("obs", "actions", "log_probs", "rewards", "anchor_ids", "entropy", "terminated",
            "dones", "states")
 
@@ -61,7 +62,7 @@ class TreeShape:
     leaves: int
 
     @classmethod
-    def of(cls, settings: AgentSettings) -> TreeShape:
+    def of(cls, settings) -> TreeShape:
         return cls(settings.tree_count, settings.tree_expansions, settings.tree_rounds,
                    settings.group_size // settings.tree_count)
 
@@ -74,36 +75,54 @@ class SegmentShape:
     segment: int
 
     @classmethod
-    def of(cls, settings: AgentSettings) -> SegmentShape:
+    def of(cls, settings) -> SegmentShape:
         return cls(tuple(settings.segment_branching), settings.segment_length)
+
+
+@dataclass
+class Played:
+    """What a player gives for rows started from restored states, (rows, steps) each: which
+    steps were played, which ended an episode, the state before each (``get_state``), and the
+    per-step fields a node keeps."""
+
+    mask: torch.Tensor
+    dones: torch.Tensor
+    states: torch.Tensor
+    fields: dict[str, torch.Tensor]
+
+
+#: player(env, limit): every row of ``env`` played on from its current (restored) state to the
+#: end of its episode, or for at most ``limit`` steps
+Player = Callable[[AgentEnv, int | None], Played]
 
 
 class _Nodes:
     """The grown trees as a flat table: roots first (one per tree), then each played step."""
 
     def __init__(self, roots: torch.Tensor, tree_layouts: list[Instance],
-                 tree_instances: list[int], tree_groups: list[int], make_env: EnvFactory):
+                 tree_instances: list[int], tree_groups: list[int], make_env: EnvFactory,
+                 max_steps: int):
         n, device = len(roots), roots.device
         self.tree_layouts, self.tree_instances = tree_layouts, tree_instances
         self.tree_groups = torch.tensor(tree_groups, dtype=torch.long, device=device)
-        self.make_env = make_env
+        self.make_env, self.max_steps = make_env, max_steps
         self.roots = n
-        self.state = roots  # (nodes, 5)
+        self.state = roots  # (nodes, S)
         self.tree = torch.arange(n, device=device)
         self.parent = torch.full((n,), -1, dtype=torch.long, device=device)
         self.depth = torch.zeros(n, dtype=torch.long, device=device)
         self.leaf = torch.zeros(n, dtype=torch.bool, device=device)
         self.steps: dict[str, torch.Tensor] = {}  # field -> (nodes - roots, ...)
 
-    def grow(self, start: torch.Tensor, policy: Policy, generator: torch.Generator,
-             max_steps: int, values: bool, limit: int | None = None) -> torch.Tensor:
+    def grow(self, start: torch.Tensor, player: Player, limit: int | None = None
+             ) -> torch.Tensor:
         """Play on from each node of ``start`` to the end of an episode (or ``limit`` steps);
         add the steps; the last node each row reached."""
         trees = self.tree[start].tolist()
-        env = self.make_env([self.tree_layouts[t] for t in trees], max_steps, start.device,
-                            instance_ids=[self.tree_instances[t] for t in trees])
+        env = self.make_env([self.tree_layouts[t] for t in trees], self.max_steps,
+                            start.device, instance_ids=[self.tree_instances[t] for t in trees])
         env.set_state(self.state[start])
-        played = play(env, policy, generator, values=values, reset=False, limit=limit)
+        played = player(env, limit)
         valid = played.mask != 0
         # a step's state after it: the next step's state before, or the row's final state
         after = torch.cat([played.states[:, 1:], env.get_state()[:, None]], dim=1)
@@ -117,13 +136,11 @@ class _Nodes:
         self.parent = torch.cat([self.parent, parent[valid]])
         self.depth = torch.cat([self.depth, depth[valid]])
         self.leaf = torch.cat([self.leaf, played.dones[valid]])
-        new = {name: getattr(played, name)[valid] for name in _FIELDS}
-        if values:
-            new["value_now"] = played.values[:, :-1][valid]
-            new["value_after"] = played.next_values[valid]
+        new = {"states": played.states[valid]} | {k: v[valid] for k, v in played.fields.items()}
         self.steps = {k: torch.cat([self.steps[k], v]) if k in self.steps else v
                       for k, v in new.items()}
-        return ids.gather(1, (played.lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+        lengths = valid.sum(dim=1)
+        return ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
 
     def by_tree(self, leaves: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The leaves (or the other nodes, roots among them) ordered by tree, then by id; how
@@ -134,22 +151,32 @@ class _Nodes:
         return ids, counts, torch.cumsum(counts, 0) - counts
 
 
-def play_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShape,
-               policy: Policy, generator: torch.Generator, branches: np.random.Generator, *,
-               max_steps: int, device: torch.device, make_env: EnvFactory,
-               values: bool = False) -> tuple[Episodes, int]:
-    """``shape.trees`` trees grown on each instance (module docstring); the kept leaves'
-    paths as ``Episodes`` (rows: instance, then tree, then leaf) with ``tree_ids`` and
-    ``node_ids``, and the number of environment steps played."""
+@dataclass
+class Grown:
+    """The kept leaves' paths: (rows, steps) node ids (-1 at padding) and each per-step field
+    gathered along them (0 at padding), each row's tree, instance (0 .. M - 1), length and
+    final state, and the environment steps played (every node, a shared prefix once)."""
+
+    node_ids: torch.Tensor
+    fields: dict[str, torch.Tensor]
+    tree_ids: torch.Tensor
+    groups: torch.Tensor
+    lengths: torch.Tensor
+    final_states: torch.Tensor
+    played: int
+
+
+def grow_expansion_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShape,
+                         player: Player, branches: np.random.Generator, *, max_steps: int,
+                         device: torch.device, make_env: EnvFactory) -> Grown:
+    """Tree-GRPO's trees on each instance (module docstring); rows by instance, tree, leaf."""
     nodes = _roots(layouts, instance_ids, shape.trees, max_steps, device, make_env)
-    nodes.grow(torch.arange(len(nodes.tree_layouts), device=device), policy, generator, max_steps,
-               values)
+    nodes.grow(torch.arange(len(nodes.tree_layouts), device=device), player)
     for _ in range(shape.rounds):  # N draws per tree, uniform with replacement
         inner, counts, first = nodes.by_tree(leaves=False)
         high = counts.repeat_interleave(shape.expansions)
         draws = torch.as_tensor(branches.integers(0, high.cpu().numpy()), device=device)
-        nodes.grow(inner[first.repeat_interleave(shape.expansions) + draws], policy,
-                   generator, max_steps, values)
+        nodes.grow(inner[first.repeat_interleave(shape.expansions) + draws], player)
     # K leaves per tree without replacement: those with the K smallest uniform keys
     leaves, _, first = nodes.by_tree(leaves=True)
     keys = torch.as_tensor(branches.random(len(leaves)), device=device)
@@ -159,29 +186,25 @@ def play_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShap
     rank = torch.arange(len(leaves), device=device) - first[tree_of[order]]
     kept = leaves[order[rank < shape.leaves]]
     kept = kept[torch.argsort(nodes.tree[kept] * len(nodes.tree) + kept)]  # tree, then id
-    episodes = _paths(nodes, kept, values)
-    return episodes, len(nodes.tree) - nodes.roots
+    return _paths(nodes, kept)
 
 
-def play_segment_trees(layouts: list[Instance], instance_ids: list[int], shape: SegmentShape,
-                       policy: Policy, generator: torch.Generator, *, max_steps: int,
-                       device: torch.device, make_env: EnvFactory, values: bool = False
-                       ) -> tuple[Episodes, int]:
-    """SPO-tree's tree on each instance (module docstring): every leaf's path as a row of
-    ``Episodes`` (by instance, then leaf id) with ``tree_ids``, ``node_ids`` and ``groups``,
-    and the number of environment steps played."""
+def grow_segment_trees(layouts: list[Instance], instance_ids: list[int], shape: SegmentShape,
+                       player: Player, *, max_steps: int, device: torch.device,
+                       make_env: EnvFactory) -> Grown:
+    """SPO-tree's tree on each instance (module docstring); rows by instance, then leaf id."""
     nodes = _roots(layouts, instance_ids, 1, max_steps, device, make_env)
     frontier = torch.arange(len(layouts), device=device)
     for depth, ways in enumerate(shape.branching):
         if len(frontier) == 0:
             break
         last = depth == len(shape.branching) - 1
-        reached = nodes.grow(frontier.repeat_interleave(ways), policy, generator, max_steps,
-                             values, limit=None if last else shape.segment)
+        reached = nodes.grow(frontier.repeat_interleave(ways), player,
+                             limit=None if last else shape.segment)
         frontier = reached[(reached >= 0) & ~nodes.leaf[reached.clamp(min=0)]]
     leaves = torch.nonzero(nodes.leaf).squeeze(1)
     leaves = leaves[torch.argsort(nodes.tree[leaves] * len(nodes.tree) + leaves)]
-    return _paths(nodes, leaves, values), len(nodes.tree) - nodes.roots
+    return _paths(nodes, leaves)
 
 
 def _roots(layouts: list[Instance], instance_ids: list[int], trees: int, max_steps: int,
@@ -191,10 +214,10 @@ def _roots(layouts: list[Instance], instance_ids: list[int], trees: int, max_ste
     tree_instances = [i for i in instance_ids for _ in range(trees)]
     start = make_env(tree_layouts, max_steps, device, instance_ids=tree_instances)
     return _Nodes(start.get_state(), tree_layouts, tree_instances,
-                  [g for g in range(len(layouts)) for _ in range(trees)], make_env)
+                  [g for g in range(len(layouts)) for _ in range(trees)], make_env, max_steps)
 
 
-def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
+def _paths(nodes: _Nodes, leaves: torch.Tensor) -> Grown:
     """Each leaf's path from its root as one row (its steps' fields; 0 at padding)."""
     lengths = nodes.depth[leaves]
     rows, steps = len(leaves), int(lengths.max())
@@ -207,12 +230,60 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
     valid = path >= 0
     index = (path - nodes.roots).clamp(min=0)
 
-    def gathered(name: str) -> torch.Tensor:
-        x = nodes.steps[name][index]
+    def gathered(x: torch.Tensor) -> torch.Tensor:
+        x = x[index]
         keep = valid.view(rows, steps, *([1] * (x.dim() - 2)))
         return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
-    fields = {name: gathered(name) for name in _FIELDS}
+    return Grown(path, {name: gathered(x) for name, x in nodes.steps.items()},
+                 nodes.tree[leaves], nodes.tree_groups[nodes.tree[leaves]], lengths,
+                 nodes.state[leaves], len(nodes.tree) - nodes.roots)
+
+
+# the network loop's trees ----------------------------------------------------------------------
+
+def network_player(policy: Policy, generator: torch.Generator, values: bool) -> Player:
+    """The network loop's ``play`` from restored states, its ``Episodes`` as node fields."""
+
+    def player(env: AgentEnv, limit: int | None) -> Played:
+        played = play(env, policy, generator, values=values, reset=False, limit=limit)
+        fields = {name: getattr(played, name) for name in _FIELDS if name != "states"}
+        if values:
+            fields |= {"value_now": played.values[:, :-1], "value_after": played.next_values}
+        return Played(played.mask, played.dones, played.states, fields)
+
+    return player
+
+
+def play_trees(layouts: list[Instance], instance_ids: list[int], shape: TreeShape,
+               policy: Policy, generator: torch.Generator, branches: np.random.Generator, *,
+               max_steps: int, device: torch.device, make_env: EnvFactory,
+               values: bool = False) -> tuple[Episodes, int]:
+    """``shape.trees`` trees grown on each instance (module docstring); the kept leaves'
+    paths as ``Episodes`` (rows: instance, then tree, then leaf) with ``tree_ids``,
+    ``node_ids`` and ``groups``, and the number of environment steps played."""
+    grown = grow_expansion_trees(layouts, instance_ids, shape,
+                                 network_player(policy, generator, values), branches,
+                                 max_steps=max_steps, device=device, make_env=make_env)
+    return _episodes(grown, values), grown.played
+
+
+def play_segment_trees(layouts: list[Instance], instance_ids: list[int], shape: SegmentShape,
+                       policy: Policy, generator: torch.Generator, *, max_steps: int,
+                       device: torch.device, make_env: EnvFactory, values: bool = False
+                       ) -> tuple[Episodes, int]:
+    """SPO-tree's tree on each instance (module docstring): every leaf's path as a row of
+    ``Episodes`` (by instance, then leaf id) with ``tree_ids``, ``node_ids`` and ``groups``,
+    and the number of environment steps played."""
+    grown = grow_segment_trees(layouts, instance_ids, shape,
+                               network_player(policy, generator, values), max_steps=max_steps,
+                               device=device, make_env=make_env)
+    return _episodes(grown, values), grown.played
+
+
+def _episodes(grown: Grown, values: bool) -> Episodes:
+    fields, lengths, valid = grown.fields, grown.lengths, grown.node_ids >= 0
+    rows = len(lengths)
     terminated = fields["terminated"]
     episodes = Episodes(
         obs=fields["obs"], actions=fields["actions"], log_probs=fields["log_probs"],
@@ -220,16 +291,15 @@ def _paths(nodes: _Nodes, leaves: torch.Tensor, values: bool) -> Episodes:
         entropy=fields["entropy"], success=terminated.any(dim=1), lengths=lengths,
         terminated=terminated, dones=fields["dones"],
         # as ``play`` records them: at padding, the state the episode ended in
-        states=torch.where(valid[:, :, None], fields["states"], nodes.state[leaves][:, None]),
-        tree_ids=nodes.tree[leaves], node_ids=path, groups=nodes.tree_groups[nodes.tree[leaves]])
+        states=torch.where(valid[:, :, None], fields["states"], grown.final_states[:, None]),
+        tree_ids=grown.tree_ids, node_ids=grown.node_ids, groups=grown.groups)
     if values:
-        now, after = gathered("value_now"), gathered("value_after")
-        last = after[torch.arange(rows, device=leaves.device), lengths - 1]
+        now, after = fields["value_now"], fields["value_after"]
+        last = after[torch.arange(rows, device=lengths.device), lengths - 1]
         episodes.values = torch.cat([now, torch.zeros_like(now[:, :1])], dim=1)
-        episodes.values[torch.arange(rows, device=leaves.device), lengths] = last
+        episodes.values[torch.arange(rows, device=lengths.device), lengths] = last
         episodes.next_values = after
     return episodes
-
 
 
 def once_per_node(episodes: Episodes, advantages: torch.Tensor, returns: torch.Tensor | None

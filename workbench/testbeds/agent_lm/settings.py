@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from workbench.testbeds.agent.sampling import TreeSampling
 from workbench.testbeds.settings import Settings
 
 
-class TurnSettings(Settings):
-    """The turn loop's knobs."""
+class TurnSettings(TreeSampling, Settings):
+    """The turn loop's knobs (how rollouts are sampled: ``TreeSampling``, as the network
+    loop's; a tree's shared turns are restored states, the prompt being the observation)."""
 
     instances_per_update: int = Field(8, ge=1, le=65_536, description="M: task instances per "
                                                                        "update")
     group_size: int = Field(4, ge=1, le=1024, description="G: rollouts of each instance")
+    segment_branching: list[int] = Field(
+        [2, 2], min_length=1, max_length=16, description="segments sampling: the branches "
+        "at the start of each depth's segment (their product is group_size, the most leaves "
+        "a tree has)")
     epochs: int = Field(1, ge=1, le=100)
     minibatches: int = Field(2, ge=1, le=1024)
     clip: float = Field(0.2, gt=0.0, le=10.0)

@@ -31,7 +31,8 @@ from workbench.testbeds.base import Task, TaskParams, cpu_threads
 # the advantage method reads them. Not given (methods needing them are refused): mc_values
 # (Monte Carlo continuations) and tree_ids/node_ids (no prefix-continuation sampler yet).
 ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
-                              "terminated", "values", "next_values", "old_log_probs"})
+                              "terminated", "values", "next_values", "old_log_probs",
+                              "tree_ids", "node_ids"})
 
 
 class AgentLMParams(TaskParams, TurnSettings):
@@ -133,6 +134,23 @@ class AgentLMTask(Task):
                "adv/zero_fraction": "minimize", "method/step_size": "maximize",
                "method/entropy_coef": "minimize", "time/env_steps_per_second": "maximize"}
     default_objective = "eval/success"
+
+    @classmethod
+    def method_problem(cls, params, method):
+        """Under tree sampling a method may not read values (no value of a shared turn's
+        state per row); under ``auto`` a segment tree must give the group."""
+        if getattr(method, "family", None) != "advantage":
+            return None
+        try:
+            sampler = params.tree_sampler(method)
+        except ValueError as err:
+            return "segment_branching", f"{method.name} grows its rows by segments: {err}"
+        if sampler is not None and {"values", "next_values"} & method.requirements(
+                method.resolve({})):
+            return "sampling", (f"{method.name} reads values, which tree sampling ({sampler}) "
+                                "does not give on the turn loop; allowed here: independent, or "
+                                "auto")
+        return None
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):

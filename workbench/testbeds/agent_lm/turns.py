@@ -115,6 +115,11 @@ class Turns:
     log_probs: torch.Tensor | None = None  # (B, T) each turn's summed action-token log-prob
     values: torch.Tensor | None = None  # (B, T + 1) V before each turn, and after the last
     next_values: torch.Tensor | None = None  # (B, T) V of the state each turn reached
+    states: torch.Tensor | None = None  # (B, T, S) the environment's state before each turn
+    prompt_ids: list[list[int]] | None = None  # (N) each played turn's prompt tokens
+    response_ids: list[list[int]] | None = None  # (N) and its action tokens
+    tree_ids: torch.Tensor | None = None  # (B,) tree sampling: each row's tree
+    node_ids: torch.Tensor | None = None  # (B, T) tree sampling: each turn's node
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every input the turn loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
@@ -123,14 +128,24 @@ class Turns:
                   "terminated": self.terminated, "old_log_probs": self.log_probs}
         if self.values is not None:
             inputs |= {"values": self.values, "next_values": self.next_values}
+        rows, steps = self.mask.shape
+        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
+            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
+                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
+                       .view(rows, steps)}
+        else:
+            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
         return inputs
 
     def per_turn(self, table: torch.Tensor) -> torch.Tensor:
-        """(N,) the entries of a (B, T) ``table`` at the played turns, in flat order."""
+        """(N,) the entries of a (B, T) ``table`` at the played turns, in flat order; a turn
+        that several rows share (a tree's shared prefix counted once) gets their mean."""
         played = self.index >= 0
-        flat = table.new_zeros(int(played.sum()))
-        flat[self.index[played]] = table[played]
-        return flat
+        n = int(self.index.max()) + 1 if bool(played.any()) else 0
+        total = table.new_zeros(n).index_add_(0, self.index[played], table[played])
+        count = table.new_zeros(n).index_add_(0, self.index[played],
+                                              torch.ones_like(table[played]))
+        return total / count.clamp(min=1)
 
 
 def _columns(rows: list[int], values, size: int, fill, dtype, device) -> torch.Tensor:
@@ -144,13 +159,15 @@ def _columns(rows: list[int], values, size: int, fill, dtype, device) -> torch.T
 def play_turns(env: AgentEnv, model, tokenizer, backend: RolloutBackend, *,
                sample_seed: Callable[[int], int] | None, temperature: float = 1.0,
                max_new_tokens: int = 8, malformed_penalty: float = 0.0, score: bool = True,
-               value_head: torch.nn.Module | None = None) -> Turns:
-    """Every row of ``env`` from its start to the end of its episode, one generated action per
-    turn: sampled at ``temperature`` from the seed ``sample_seed(turn)``, or greedy when
-    ``sample_seed`` is None. With ``score``, the action tokens' log-probabilities and entropies
-    under the sampling policy (and with ``value_head`` each turn's value) are kept for the
-    update."""
-    env.reset()
+               value_head: torch.nn.Module | None = None, reset: bool = True,
+               limit: int | None = None) -> Turns:
+    """Every row of ``env`` from its start (without ``reset``: from its current state) to the
+    end of its episode, or for at most ``limit`` turns, one generated action per turn: sampled
+    at ``temperature`` from the seed ``sample_seed(turn)``, or greedy when ``sample_seed`` is
+    None. With ``score``, the action tokens' log-probabilities and entropies under the
+    sampling policy (and with ``value_head`` each turn's value) are kept for the update."""
+    if reset:
+        env.reset()
     rows_n, device = env.num_envs, env.device
     pad_id = tokenizer.pad_token_id
     columns: list[tuple] = []
@@ -162,9 +179,9 @@ def play_turns(env: AgentEnv, model, tokenizer, backend: RolloutBackend, *,
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        while not bool(env.done.all()):
+        while not bool(env.done.all()) and (limit is None or turn < limit):
             rows = (~env.done).nonzero().squeeze(1).tolist()
-            anchors = env.anchor_keys()
+            anchors, state = env.anchor_keys(), env.get_state()
             out = backend.generate([prompt_text(env, r) for r in rows], 1,
                                    max_new_tokens=max_new_tokens, temperature=temperature,
                                    greedy=sample_seed is None,
@@ -193,12 +210,14 @@ def play_turns(env: AgentEnv, model, tokenizer, backend: RolloutBackend, *,
             generated += sum(len(r) for r in out.response_ids)
             reward = moved.reward - malformed_penalty * malformed.float()
             columns.append((reward, moved.active.float(), anchors, moved.terminated,
-                            moved.terminated | moved.truncated, malformed, flat, summed, value))
+                            moved.terminated | moved.truncated, malformed, flat, summed, value,
+                            state))
             turn += 1
-        (rewards, mask, anchor_ids, terminated, dones, malformed, index, summed, now) = (
-            torch.stack(x, dim=1) for x in zip(*columns, strict=True))
+        (rewards, mask, anchor_ids, terminated, dones, malformed, index, summed, now,
+         states) = (torch.stack(x, dim=1) for x in zip(*columns, strict=True))
         turns = Turns(rewards, mask, anchor_ids, terminated, dones, malformed, success,
-                      mask.sum(dim=1).long(), index, generated)
+                      mask.sum(dim=1).long(), index, generated, states=states,
+                      prompt_ids=prompts, response_ids=responses)
         if score:
             turns.tokens = TurnTokens.pack(prompts, responses, pad_id, device)
             horizon = turns.tokens.response_mask.shape[1]
@@ -271,6 +290,13 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
     backend = make_backend("hf", model, tokenizer, None, device)
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = make_env(eval_instances, max_steps, device)
+    sampler = settings.tree_sampler(slots.advantage)
+    if sampler is not None and value_head is not None:
+        raise ValueError("tree sampling gives the turn loop no value of a shared turn's state "
+                         "for each row; use sampling: independent (or auto) with a method that "
+                         "reads values")
+    from workbench.testbeds.agent_lm.trees import play_turn_trees  # it builds on play_turns
+
     metrics = evaluate(evaluation, model, tokenizer, backend, settings, seed)
     log(0, {**metrics, "cost/env_steps": 0.0, "cost/samples": 0.0, "time/wall_seconds": 0.0})
     env_steps, tokens, seconds, update, diverged = 0, 0, 0.0, 0, False
@@ -278,17 +304,27 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         started = time.perf_counter()
         draw = seeds.numpy_generator(seed, "prompts", update)
         chosen = draw.choice(len(train_instances), size=m, replace=len(train_instances) < m)
-        env = make_env([train_instances[i] for i in chosen for _ in range(g)], max_steps,
-                       device, instance_ids=[int(i) for i in chosen for _ in range(g)])
-        turns = play_turns(env, model, tokenizer, backend,
-                           sample_seed=lambda turn, u=update: seeds.int_seed(seed, "rollouts",
-                                                                             u, turn),
-                           temperature=settings.temperature,
-                           max_new_tokens=settings.max_new_tokens,
-                           malformed_penalty=settings.malformed_penalty, value_head=value_head)
-        played = int(turns.mask.sum())
+        if sampler is None:
+            env = make_env([train_instances[i] for i in chosen for _ in range(g)], max_steps,
+                           device, instance_ids=[int(i) for i in chosen for _ in range(g)])
+            turns = play_turns(env, model, tokenizer, backend,
+                               sample_seed=lambda turn, u=update: seeds.int_seed(
+                                   seed, "rollouts", u, turn),
+                               temperature=settings.temperature,
+                               max_new_tokens=settings.max_new_tokens,
+                               malformed_penalty=settings.malformed_penalty,
+                               value_head=value_head)
+            played = int(turns.mask.sum())
+            group_ids = torch.arange(m, device=device).repeat_interleave(g)
+        else:
+            turns, group_ids, played = play_turn_trees(
+                sampler, settings, [train_instances[i] for i in chosen],
+                [int(i) for i in chosen], model, tokenizer, backend,
+                seed_of=lambda call, turn, u=update: seeds.int_seed(seed, "rollouts", u, call,
+                                                                    turn),
+                branches=seeds.numpy_generator(seed, "branches", update),
+                max_steps=max_steps, device=device, make_env=make_env)
         env_steps += played
-        group_ids = torch.arange(m, device=device).repeat_interleave(g)
         inputs = turns.advantage_inputs(group_ids)
         advantages, returns = slots.advantage.compute(
             **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
@@ -304,7 +340,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         update += 1
         valid = turns.mask != 0
         optimal = torch.tensor([train_instances[i].optimal for i in chosen],
-                               device=device).repeat_interleave(g)
+                               device=device)[group_ids]
         won = turns.success
         metrics = {
             **stats,
