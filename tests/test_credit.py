@@ -2,7 +2,8 @@
 (workbench/credit/). A tiny spec runs end to end and writes a figure, a table and provenance
 with sane values; its Monte Carlo advantages recover the exact ones (dynamic programming,
 ``ground_truth.exact_advantages``); the checkpoint is the policy `workbench run keydoor` trains;
-bad specs stop with one message and exit 2, writing nothing."""
+spo_chain gets the training loop's Monte Carlo values, and a tree estimator is measured on the
+steps of Tree-GRPO's trees; bad specs stop with one message and exit 2, writing nothing."""
 
 from __future__ import annotations
 
@@ -21,21 +22,26 @@ from workbench import cli, seeds
 from workbench.credit import measures
 from workbench.credit import plan as credit_plan
 from workbench.credit.checkpoint import held_out, memo_policy, train_checkpoint
-from workbench.credit.sampling import sample_group, split_half_reliability
+from workbench.credit.sampling import sample_group, sample_groups, split_half_reliability
 from workbench.testbeds import Budget
 from workbench.testbeds.agent.ground_truth import exact_advantages
 from workbench.testbeds.agent.keydoor import KeyDoor
+from workbench.testbeds.agent.loop import mc_values_of
 from workbench.testbeds.agent.task import KeyDoorTask
+from workbench.validation import SpecError
 
+# tree_grpo's trees: 2 per instance of 1 + 3 leaves each, G / 2 of them kept
 TINY_TASK = {"name": "keydoor", "params": {
     "size": 5, "max_steps": 20, "hidden": 16, "train_instances": 8, "eval_instances": 2,
-    "instances_per_update": 4, "group_size": 4, "epochs": 1, "minibatches": 1}}
+    "instances_per_update": 4, "group_size": 4, "epochs": 1, "minibatches": 1,
+    "tree_count": 2, "tree_expansions": 3, "tree_rounds": 1}}
 TINY = {
     "name": "tiny-credit",
     "task": TINY_TASK,
     "checkpoint": {"methods": {"advantage": "grpo"}, "updates": 2, "seed": 3},
     "estimators": ["grpo", "rloo", "gigpo",
-                   {"name": "gigpo", "label": "gigpo-std", "fixed": {"mode": "mean_std_norm"}}],
+                   {"name": "gigpo", "label": "gigpo-std", "fixed": {"mode": "mean_std_norm"}},
+                   "spo_chain", "tree_grpo"],
     "group_sizes": [2, 8],
     "continuations": [4, 8],
     "instances": 8,
@@ -68,7 +74,7 @@ def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp
     assert (out / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     rows = _rows(out)
-    labels = ["grpo", "rloo", "gigpo", "gigpo-std"]
+    labels = ["grpo", "rloo", "gigpo", "gigpo-std", "spo_chain", "tree_grpo"]
     assert sorted((r["estimator"], int(r["G"]), int(r["N"])) for r in rows) == sorted(
         (e, g, n) for e in labels for g in (2, 8) for n in (4, 8))
     correlated = 0
@@ -92,14 +98,23 @@ def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp
         assert float(row["variance"]) >= 0.0 and float(row["mc_se"]) > 0.0
         assert 0.0 <= float(row["mc_reliability"] or 0.5) <= 1.0
     assert correlated >= len(rows) // 2
-    # one step's MC advantage does not depend on the estimator: rows of one (G, N) share it
+    # each estimator on the steps of the sampler it trains with; one step's MC advantage does
+    # not depend on the estimator: the rows of one (G, N, sampler) share it
+    assert {r["estimator"] for r in rows if r["sampler"] == "tree"} == {"tree_grpo"}
     by_cell = {}
     for row in rows:
-        by_cell.setdefault((row["G"], row["N"]), set()).add(row["mc_se"])
-    assert all(len(v) == 1 for v in by_cell.values())
+        by_cell.setdefault((row["G"], row["N"], row["sampler"]), set()).add(row["mc_se"])
+    assert all(len(v) == 1 for v in by_cell.values()) and len(by_cell) == 2 * 2 * 2
     # more continuations, a smaller standard error of the same steps' MC advantage
     for g in ("2", "8"):
-        assert float(by_cell[(g, "8")].pop()) < float(by_cell[(g, "4")].pop())
+        for sampler in ("independent", "tree"):
+            assert (float(by_cell[(g, "8", sampler)].pop())
+                    < float(by_cell[(g, "4", sampler)].pop()))
+    # the cost: each sampler's rows, and spo_chain's continuations on top of them
+    cost = {(r["estimator"], r["G"]): int(r["env_steps"]) for r in rows}
+    for g in ("2", "8"):
+        assert cost[("grpo", g)] == cost[("gigpo", g)] > 0 and cost[("tree_grpo", g)] > 0
+        assert cost[("spo_chain", g)] > cost[("grpo", g)]
 
     markdown = (out / "table.md").read_text().splitlines()
     assert len(markdown) == 2 + len(rows) and "Spearman" in markdown[0]
@@ -115,6 +130,13 @@ def test_a_tiny_spec_writes_the_figure_table_and_provenance_with_sane_values(tmp
     assert record["seeds"]["study"] == 0 and record["checkpoint"]["seed"] == 3
     assert record["checkpoint"]["methods"]["advantage"]["name"] == "grpo"
     assert record["estimators"]["gigpo-std"]["params"]["mode"] == "mean_std_norm"
+    assert record["estimators"]["tree_grpo"]["sampler"] == "tree"
+    assert record["estimators"]["spo_chain"]["sampler"] == "independent"
+    assert set(record["samplers"]) == {"independent", "tree"}
+    assert record["groups"]["8"]["tree"]["played_steps"] == cost[("tree_grpo", "8")]
+    assert record["groups"]["8"]["independent"]["env_steps"]["spo_chain"] == cost[
+        ("spo_chain", "8")]
+    assert "mc_values continuations of spo_chain" in record["seeds"]["streams"]
     beside = json.loads((out / "table.json").read_text())
     assert beside["spec_sha256"] == record["spec"]["sha256"]
 
@@ -224,7 +246,10 @@ BAD = [
     ({"instance": 4}, "instance", "did you mean 'instances'?"),
     ({"task": {"name": "keydoor", "params": {"sizee": 5}}}, "task.params.sizee", "allowed"),
     ({"task": {"name": "cartpole"}}, "task.name", "allowed: keydoor, toolcalc"),
-    ({"estimators": ["grpo", "spo_chain"]}, "estimators[1]", "the training loop"),
+    # Tree-GRPO's trees of the task's shape (2 trees of up to 1 + 3 leaves) give G = 2 .. 8
+    ({"group_sizes": [2, 16]}, "group_sizes", "at most tree_count x (1 + tree_rounds x "
+                                              "tree_expansions) = 8, or another"),
+    ({"group_sizes": [3]}, "group_sizes", "multiple of tree_count"),
     ({"checkpoint": {"methods": {"advantage": {"name": "grpo", "fixed": {"nope": 1}}}}},
      "checkpoint.methods.advantage.fixed.nope", "allowed"),
     ({"checkpoint": {"updates": -1}}, "checkpoint.updates", "greater than or equal to 0"),
@@ -305,3 +330,116 @@ def test_the_tool_use_puzzle_is_measured_too(tmp_path):
         assert np.isfinite(sample.monte_carlo[n]).all()
         assert (np.abs(sample.monte_carlo[n]) <= 1.0).all()
     assert sample.standard_error[64].mean() < sample.standard_error[4].mean()
+
+
+def test_spo_chain_gets_the_loop_s_monte_carlo_values_and_is_measured():
+    """spo_chain's mc_values come as the training loop gives them (``loop.mc_values_of``: its
+    cut points' states restored and played on by the checkpoint), from its own stream; their
+    continuations count in its env_steps, and the other estimators' draws stay as they were."""
+    document = {**TINY, "estimators": ["grpo", "spo_chain"], "group_sizes": [4],
+                "continuations": [4], "instances": 4}
+    plan = credit_plan.check(document, "test")
+    assert [e.sampler for e in plan.estimators] == ["independent", "independent"]
+    policy = train_checkpoint(plan, CPU).policy
+    layouts = held_out(plan)
+    sample = sample_group(plan, policy, layouts, 4, CPU)
+    episodes, method = sample.episodes, plan.estimators[1].method
+    rows, steps = sample.rows.ravel(), sample.steps.ravel()
+    assert sample.played == int(episodes.mask.sum()) == sample.env_steps["grpo"]
+    groups = torch.arange(4).repeat_interleave(4)
+    values, continued = mc_values_of(
+        method, episodes, groups, layouts, [0, 1, 2, 3], policy,
+        seeds.torch_generator(0, "rollouts", 4, 4, 1), max_steps=20, device=CPU,
+        make_env=KeyDoor)
+    named = method.value_request(mask=episodes.mask, old_log_probs=episodes.log_probs).points
+    assert bool(named.any()) and continued > 0
+    assert sample.env_steps["spo_chain"] == sample.played + continued
+    # mean returns of the continuations from the named states (keydoor: 0 or 1 each)
+    assert ((values[named] >= 0) & (values[named] <= 1)).all() and (values[~named] == 0).all()
+    inputs = {k: v for k, v in episodes.advantage_inputs(groups).items()
+              if k in method.requirements(method.params)}
+    with_values, _ = method.compute(**inputs, mc_values=values)
+    without, _ = method.compute(**inputs, mc_values=torch.zeros_like(values))
+    measured = sample.estimates["spo_chain"].ravel()
+    assert np.array_equal(measured, with_values[rows, steps].double().numpy())
+    assert not np.array_equal(measured, without[rows, steps].double().numpy())
+    assert np.isfinite(measured).all()
+    # the independent rows, their steps and their A_MC do not depend on spo_chain being there
+    alone = sample_group(credit_plan.check({**document, "estimators": ["grpo"]}, "test"),
+                         policy, layouts, 4, CPU)
+    assert np.array_equal(alone.estimates["grpo"], sample.estimates["grpo"])
+    assert np.array_equal(alone.monte_carlo[4], sample.monte_carlo[4])
+
+
+def test_a_tree_estimator_is_measured_on_the_steps_of_its_trees():
+    """tree_grpo (it reads tree_ids) gets Tree-GRPO's trees of the task's shape: 2 trees per
+    instance, G / 2 leaves kept from each, rows sharing their prefix steps; K steps per
+    instance drawn from those rows get their own A_MC; the independent rows stay the others'."""
+    document = {**TINY, "estimators": ["grpo", "tree_grpo"], "group_sizes": [6],
+                "continuations": [4], "instances": 4}
+    plan = credit_plan.check(document, "test")
+    assert [e.sampler for e in plan.estimators] == ["independent", "tree"]
+    policy = train_checkpoint(plan, CPU).policy
+    layouts = held_out(plan)
+    independent, tree = sample_groups(plan, policy, layouts, 6, CPU)
+    assert (independent.sampler, tree.sampler) == ("independent", "tree")
+    assert set(independent.estimates) == {"grpo"} and set(tree.estimates) == {"tree_grpo"}
+    assert independent.episodes.tree_ids is None  # trees of one leaf
+    episodes = tree.episodes
+    assert episodes.tree_ids is not None and len(episodes.tree_ids) == 4 * 6
+    # 8 trees of 3 kept leaves, an instance's in its 6 rows
+    assert torch.bincount(episodes.tree_ids).tolist() == [3] * 8
+    assert (episodes.tree_ids.view(4, 6) // 2 == torch.arange(4)[:, None]).all()
+    valid = episodes.mask != 0
+    nodes = episodes.node_ids[valid]
+    assert len(nodes.unique()) < len(nodes)  # shared prefixes: a step in several rows
+    assert tree.played >= len(nodes.unique())  # each played once, pruned branches too
+    assert tree.env_steps == {"tree_grpo": tree.played}
+    # the sampled steps are steps of those rows, K of each instance's
+    rows, steps = tree.rows.ravel(), tree.steps.ravel()
+    assert valid[rows, steps].all()
+    assert (rows // 6 == np.repeat(np.arange(4), 3)).all()
+    assert np.array_equal(episodes.states[rows, steps].numpy(),
+                          tree.states.reshape(len(rows), -1))
+    method = plan.estimators[1].method
+    groups = torch.arange(4).repeat_interleave(6)
+    advantages, _ = method.compute(**{k: v for k, v in episodes.advantage_inputs(groups).items()
+                                      if k in method.requirements(method.params)})
+    assert np.array_equal(tree.estimates["tree_grpo"].ravel(),
+                          advantages[rows, steps].double().numpy())
+    assert np.isfinite(tree.monte_carlo[4]).all() and tree.standard_error[4].shape == (4, 3)
+    # the independent rows do not depend on tree_grpo being there
+    alone = sample_group(credit_plan.check({**document, "estimators": ["grpo"]}, "test"),
+                         policy, layouts, 6, CPU)
+    assert np.array_equal(alone.monte_carlo[4], independent.monte_carlo[4])
+    assert np.array_equal(alone.estimates["grpo"], independent.estimates["grpo"])
+
+
+def test_spo_tree_is_measured_on_the_steps_of_its_own_segment_trees():
+    """spo_tree (its reference grows SPO-tree's trees) gets one tree per instance branching
+    2 x 2 every 3 steps (at most G = 4 leaves); its K steps per instance come from those rows;
+    a G its segment_branching cannot give is refused by name."""
+    task = {"name": "keydoor", "params": {**TINY_TASK["params"], "segment_branching": [2, 2],
+                                          "segment_length": 3}}
+    document = {**TINY, "task": task, "estimators": ["grpo", "spo_tree"], "group_sizes": [4],
+                "continuations": [4], "instances": 4}
+    plan = credit_plan.check(document, "test")
+    assert [e.sampler for e in plan.estimators] == ["independent", "segments"]
+    policy = train_checkpoint(plan, CPU).policy
+    layouts = held_out(plan)
+    _, segments = sample_groups(plan, policy, layouts, 4, CPU)
+    episodes = segments.episodes
+    assert len(episodes.tree_ids.unique()) == 4 and len(episodes.groups) <= 16
+    assert torch.equal(episodes.groups, episodes.tree_ids)  # one tree per instance
+    rows = segments.rows.ravel()
+    picked = episodes.groups[torch.as_tensor(rows)].numpy()
+    assert (picked == np.repeat(np.arange(4), 3)).all()
+    method = plan.estimators[1].method
+    advantages, _ = method.compute(**{k: v for k, v in episodes.advantage_inputs(
+        episodes.groups).items() if k in method.requirements(method.params)})
+    assert np.array_equal(segments.estimates["spo_tree"].ravel(),
+                          advantages[rows, segments.steps.ravel()].double().numpy())
+    with pytest.raises(SpecError) as raised:
+        credit_plan.check({**document, "group_sizes": [4, 8]}, "test")
+    assert "G = 8 for spo_tree" in str(raised.value) and "segment_branching" in str(
+        raised.value)

@@ -1,12 +1,15 @@
 """``workbench credit SPEC``: a Monte Carlo ground-truth study of step-level credit
 assignment, from the spec to the written figure, table and provenance.
 
-For the checkpoint (``checkpoint``), for each G (``sampling``): rollouts, every estimator's
-advantages, sampled steps and their Monte Carlo advantages for every N; for each (estimator,
-G, N) the agreement measures with bootstrap intervals (``measures``, resamples from
-``stream(seed, "rollouts", G, 3, N)``, shared by the estimators); then the outputs
-(``outputs``), built in a hidden folder beside the target and renamed into place
-(``report.folder``).
+For the checkpoint (``checkpoint``), for each G and each sampler the estimators train with
+(``sampling``: independent rollouts, or Tree-GRPO's trees for an estimator that reads
+``tree_ids``): its rows, the advantages of the estimators measured on them, sampled steps and
+their Monte Carlo advantages for every N; for each (estimator, G, N) the agreement measures on
+its sampler's steps with bootstrap intervals (``measures``, resamples from
+``stream(seed, "rollouts", G, 3, N)``, shared by the estimators: the same instances resampled)
+and the environment steps it cost (``env_steps``: its sampler's rows and its own
+continuations); then the outputs (``outputs``), built in a hidden folder beside the target and
+renamed into place (``report.folder``).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import torch
 from workbench import fingerprint, runs, seeds
 from workbench.credit import measures, outputs
 from workbench.credit.checkpoint import held_out, train_checkpoint
-from workbench.credit.plan import CreditPlan
-from workbench.credit.sampling import GroupSample, sample_group
+from workbench.credit.plan import SAMPLERS, CreditPlan
+from workbench.credit.sampling import MC_VALUES, STREAMS, GroupSample, sample_groups
 from workbench.report import ReportError
 from workbench.report import folder as report_folder
 
@@ -60,15 +63,21 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
            f"success {checkpoint.metrics['eval/success']:.2f})" if checkpoint.metrics else ""))
     instances = held_out(plan)
     s, rows, per_group = plan.spec, [], {}
+    sampled = s.instances * s.steps_per_instance
     for g in s.group_sizes:
         begun = time.perf_counter()
-        sample = sample_group(plan, checkpoint.policy, instances, g, device)
-        rows += _rows(plan, sample)
-        per_group[g] = {"played_steps": sample.played, "rollout_success": sample.success,
-                        "seconds": round(time.perf_counter() - begun, 3)}
-        sampled = s.instances * s.steps_per_instance
-        say(f"G = {g}: {sample.played} steps played, {sampled} sampled, "
-            f"{2 * max(s.continuations) * sampled} continuations "
+        samples = sample_groups(plan, checkpoint.policy, instances, g, device)
+        rows += _rows(plan, samples)
+        per_group[g] = {sample.sampler: {"estimators": list(sample.estimates),
+                                         "played_steps": sample.played,
+                                         "env_steps": sample.env_steps,
+                                         "rollout_success": sample.success}
+                        for sample in samples}
+        per_group[g]["seconds"] = round(time.perf_counter() - begun, 3)
+        played = ", ".join(f"{sample.played} steps played ({sample.sampler})"
+                           for sample in samples)
+        say(f"G = {g}: {played}, {sampled} sampled and "
+            f"{2 * max(s.continuations) * sampled} continuations each "
             f"({time.perf_counter() - begun:.1f} s)")
     record = _provenance(plan, checkpoint.metrics, device, per_group,
                          {"checkpoint": round(trained, 3),
@@ -89,22 +98,26 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
     return [target / f.name for f in files]
 
 
-def _rows(plan: CreditPlan, sample: GroupSample) -> list[dict]:
-    """A table row per (N, estimator) of one G: the measures with their intervals."""
-    s, g, rows = plan.spec, sample.group_size, []
+def _rows(plan: CreditPlan, samples: list[GroupSample]) -> list[dict]:
+    """A table row per (N, estimator) of one G (the spec's order of estimators), each on its
+    sampler's steps: the measures with their intervals."""
+    s, g, rows = plan.spec, samples[0].group_size, []
+    of = {label: sample for sample in samples for label in sample.estimates}
     for n in s.continuations:
-        truth = sample.monte_carlo[n]
-        mc_se = float(np.sqrt(np.mean(sample.standard_error[n] ** 2)))
         for estimator in plan.estimators:
+            sample = of[estimator.label]
+            truth = sample.monte_carlo[n]
             estimate = sample.estimates[estimator.label]
             rng = seeds.numpy_generator(s.seed, "rollouts", g, 3, n)  # same per estimator
             found = measures.measure(estimate, truth, s.confidence, s.resamples, rng)
-            row = {"estimator": estimator.label, "G": g, "N": n, "instances": s.instances,
-                   "steps": truth.size, "mc_se": mc_se,
+            row = {"estimator": estimator.label, "G": g, "N": n, "sampler": sample.sampler,
+                   "instances": s.instances, "steps": truth.size,
+                   "mc_se": float(np.sqrt(np.mean(sample.standard_error[n] ** 2))),
                    "mc_reliability": sample.reliability[n],
                    "zero_share": measures.zero_share(estimate),
                    "mc_zero_share": measures.zero_share(truth),
-                   "rollout_success": sample.success}
+                   "rollout_success": sample.success,
+                   "env_steps": sample.env_steps[estimator.label]}
             for metric, (point, low, high) in found.items():
                 row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
             rows.append(row)
@@ -145,15 +158,22 @@ def _provenance(plan: CreditPlan, metrics: dict, device: torch.device, per_group
             "final_metrics": {k: v for k, v in metrics.items()
                               if isinstance(v, int | float | bool | str)}},
         "estimators": {e.label: {"name": e.method.name, "params": e.method.params,
-                                 "fidelity": type(e.method).fidelity}
+                                 "fidelity": type(e.method).fidelity, "sampler": e.sampler}
                        for e in plan.estimators},
+        "samplers": {name: SAMPLERS[name] for name in dict.fromkeys(
+            e.sampler for e in plan.estimators)},
         "seeds": {"checkpoint": f"the run seed {s.checkpoint.seed} (streams init, actions, "
                                 f"minibatches, prompts as `workbench run`)",
                   "study": s.seed,
-                  "streams": {"rollouts of G": "stream(seed, 'rollouts', G, 0)",
-                              "sampled steps": "stream(seed, 'rollouts', G, 1)",
-                              "continuations": "stream(seed, 'rollouts', G, 2)",
-                              "bootstrap of (G, N)": "stream(seed, 'rollouts', G, 3, N)"},
+                  "streams": {
+                      **{f"{sampler} {purpose}": _stream(keys)
+                         for sampler, streams in STREAMS.items()
+                         if sampler in {e.sampler for e in plan.estimators}
+                         for purpose, keys in streams.items()},
+                      **{f"mc_values continuations of {e.label}": _stream((MC_VALUES, i))
+                         for i, e in enumerate(plan.estimators)
+                         if "mc_values" in e.method.requirements(e.method.params)},
+                      "bootstrap of (G, N)": "stream(seed, 'rollouts', G, 3, N)"},
                   "instances": f"held-out split 1, indices 0..{s.instances - 1} under "
                                f"instance_seed {plan.task_params.instance_seed}"},
         "statistics": {"interval": "percentile bootstrap over instances (each instance's "
@@ -162,6 +182,10 @@ def _provenance(plan: CreditPlan, metrics: dict, device: torch.device, per_group
                        "measures": measures.METRICS, "zero": measures.ZERO},
         "groups": per_group, "seconds": seconds,
     }
+
+
+def _stream(keys: tuple[int, ...]) -> str:
+    return f"stream(seed, 'rollouts', G, {', '.join(map(str, keys))})"
 
 
 def _version(name: str) -> str:

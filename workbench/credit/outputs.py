@@ -1,5 +1,8 @@
 """What a credit study writes, in the report's style: the figure (``figure.png``, ``.pdf``),
-the table (``table.csv``, ``table.md``), a ``.json`` beside each naming what it shows, and
+the table (``table.csv``, ``table.md``; a row per (estimator, G, N) naming the sampler whose
+steps it was measured on and ``env_steps``, the environment steps that estimator's rows and
+its own continuations cost, the ground truth's continuations not counted), a ``.json`` beside
+each naming what it shows, and
 ``provenance.json`` (the spec and its hash, the code's commit and content hash, library
 versions, the streams, the checkpoint, the statistics settings, the time)."""
 
@@ -17,13 +20,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from workbench.credit.measures import METRICS, ZERO
-from workbench.credit.plan import CreditPlan
+from workbench.credit.plan import INDEPENDENT, SEGMENTS, TREE, CreditPlan
 from workbench.report.figures import Style
 
 FIGURE, TABLE = "figure", "table"
-COLUMNS = ["estimator", "G", "N", "instances", "steps", *(f"{m}{end}" for m in METRICS
-                                                          for end in ("", "_low", "_high")),
-           "mc_se", "mc_reliability", "zero_share", "mc_zero_share", "rollout_success"]
+CEILING_STYLES = {INDEPENDENT: ":", TREE: "-.", SEGMENTS: "--"}
+COLUMNS = ["estimator", "G", "N", "sampler", "instances", "steps",
+           *(f"{m}{end}" for m in METRICS for end in ("", "_low", "_high")),
+           "mc_se", "mc_reliability", "zero_share", "mc_zero_share", "rollout_success",
+           "env_steps"]
 
 
 def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
@@ -31,6 +36,7 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
     estimator with its bootstrap interval as a band."""
     s = plan.spec
     labels = [e.label for e in plan.estimators]
+    samplers = list(dict.fromkeys(e.sampler for e in plan.estimators))
     style = Style(labels)
     fig = Figure(figsize=(4.3 * len(METRICS), 3.1 * len(s.continuations) + 0.6))
     axes = fig.subplots(len(s.continuations), len(METRICS), squeeze=False)
@@ -55,13 +61,15 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
             if metric in ("spearman", "bias"):
                 ax.axhline(0.0, color="0.5", linewidth=0.8, linestyle="--")
             if metric == "spearman":  # what a perfect estimator would reach against A_MC
-                ceiling = sorted({(row["G"], row["mc_reliability"]) for row in rows
-                                  if row["N"] == n})
-                ax.plot([g for g, _ in ceiling],
-                        [math.sqrt(max(r, 0.0)) if math.isfinite(r) else math.nan
-                         for _, r in ceiling],
-                        color="black", linestyle=":", linewidth=1.2,
-                        label="ceiling: √(A_MC's split-half reliability)")
+                for sampler in samplers:  # each sampler's steps have their own A_MC
+                    ceiling = sorted({(row["G"], row["mc_reliability"]) for row in rows
+                                      if row["N"] == n and row["sampler"] == sampler})
+                    ax.plot([g for g, _ in ceiling],
+                            [math.sqrt(max(r, 0.0)) if math.isfinite(r) else math.nan
+                             for _, r in ceiling],
+                            color="black", linestyle=CEILING_STYLES[sampler], linewidth=1.2,
+                            label="ceiling: √(A_MC's split-half reliability)"
+                                  + (f", {sampler} steps" if len(samplers) > 1 else ""))
             if metric == "sign_agreement":
                 ax.set_ylim(-0.02, 1.02)
             if log:
@@ -84,13 +92,30 @@ def figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
                f"({s.resamples} resamples); each estimator is drawn slightly to the side of "
                f"its G so that equal values stay visible. Dotted: the square root of A_MC's "
                f"split-half reliability (Spearman-Brown), about the most a perfect "
-               f"estimator's rank correlation with A_MC can reach. Bias and variance are in each "
+               f"estimator's rank correlation with A_MC can reach.{_samplers_note(plan)} "
+               f"Bias and variance are in each "
                f"estimator's own units. Sign agreement: over the steps whose A_MC is not 0, "
                f"Â's sign the same (Â = 0 a miss; |value| ≤ {ZERO:g} counts as 0).")
     width = max(60, int(fig.get_figwidth() * 15))
     fig.suptitle(textwrap.fill(caption, width), fontsize=8, ha="left", x=0.01)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+def _samplers_note(plan: CreditPlan) -> str:
+    """Which estimators are measured on tree rows, where any is."""
+    parts = []
+    for sampler, what, line in ((TREE, "Tree-GRPO's trees, G leaves per instance",
+                                 "dash-dotted"),
+                                (SEGMENTS, "SPO-tree's trees, up to G leaves per instance",
+                                 "dashed")):
+        trees = [e.label for e in plan.estimators if e.sampler == sampler]
+        if trees:
+            parts.append(f" {', '.join(trees)} measured on the steps of {what}, with their "
+                         f"own A_MC ({line} ceiling);")
+    if not parts:
+        return ""
+    return "".join(parts) + " the others on G independent rollouts."
 
 
 def write_table(folder: Path, rows: list[dict]) -> list[Path]:
@@ -100,15 +125,15 @@ def write_table(folder: Path, rows: list[dict]) -> list[Path]:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _plain(row[k]) for k in COLUMNS})
-    head = ["estimator", "G", "N", *(METRICS[m] for m in METRICS), "Â = 0", "A_MC = 0",
-            "MC s.e.", "MC reliability", "steps"]
+    head = ["estimator", "G", "N", "sampler", *(METRICS[m] for m in METRICS), "Â = 0",
+            "A_MC = 0", "MC s.e.", "MC reliability", "steps", "env steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [row["estimator"], str(row["G"]), str(row["N"]),
+        cells = [row["estimator"], str(row["G"]), str(row["N"]), row["sampler"],
                  *(_with_interval(row, m) for m in METRICS), _number(row["zero_share"]),
                  _number(row["mc_zero_share"]), _number(row["mc_se"]),
                  _number(row["mc_reliability"]),
-                 str(row["steps"])]
+                 str(row["steps"]), str(row["env_steps"])]
         lines.append("| " + " | ".join(cells) + " |")
     md_path.write_text("\n".join(lines) + "\n")
     return [csv_path, md_path]

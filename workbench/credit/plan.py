@@ -4,10 +4,19 @@ The task, the checkpoint's methods and the estimators are checked by the sweep s
 rules (``workbench.spec.check``: task parameters, method names, fixed values, what the task
 provides), with each problem reported at the credit spec's key; every problem is found before
 anything runs or is written.
+
+Each estimator is measured on the rows of the sampler the training loop grows its rollouts
+with (``sampler_of``): Tree-GRPO's trees for one that reads ``tree_ids`` (``loop.train`` under
+``sampling: auto``; the tree's shape from the task's ``tree_count``, ``tree_expansions`` and
+``tree_rounds``, with G / tree_count leaves kept per tree, so every G must give such trees),
+independent rollouts for the others. Refused: an estimator that reads a value head's values
+when the checkpoint has none, and one that reads both ``tree_ids`` and the rubric judge's
+annotations (the judge cannot follow an episode across a restored state, as in the loop).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +25,22 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from workbench import registry, spec
+from workbench.testbeds.agent.loop import AgentSettings
 from workbench.validation import SpecError, Strict, shorten, validate
 
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
 RUBRIC_INPUTS = frozenset({"rubric", "rubric_weights"})  # what the task's rubric judge gives
-# what only the training loop's own continuations give (``loop.train``: mc_values)
-LOOP_INPUTS = frozenset({"mc_values"})
+# the rows an estimator is measured on: those the training loop grows for it (``sampler_of``)
+INDEPENDENT, TREE, SEGMENTS = "independent", "tree", "segments"
+SAMPLERS = {
+    INDEPENDENT: "G independent rollouts of each instance (loop.play)",
+    TREE: "Tree-GRPO's sampler (tree.play_trees): tree_count trees per instance, each one "
+          "rollout then tree_rounds rounds of tree_expansions branches from uniformly drawn "
+          "nodes, G / tree_count leaves kept per tree; a row is a kept leaf's whole path",
+    SEGMENTS: "SPO-tree's sampler (tree.play_segment_trees): one tree per instance branching "
+              "segment_branching[d] ways every segment_length steps (their product is G), "
+              "every leaf kept; a row is a leaf's whole path",
+}
 # instances x steps x 2 x max(continuations): the rows stepped at once for one G (each
 # holds its instance's grid; a million take about ten seconds on a 2-core CPU)
 MAX_CONTINUATION_ROWS = 8_000_000
@@ -97,6 +116,21 @@ class CreditSpec(Strict):
 class Estimator:
     label: str
     method: registry.Method
+    sampler: str  # the rows it is measured on (``SAMPLERS``)
+
+
+def sampler_of(method: registry.Method) -> str:
+    """The sampler the training loop grows ``method``'s rows with under ``sampling: auto``:
+    its reference's (``AdvantageMethod.tree_sampler``: Tree-GRPO's or SPO-tree's trees), or
+    independent rollouts."""
+    return {"expansion": TREE, "segments": SEGMENTS}.get(method.tree_sampler, INDEPENDENT)
+
+
+def tree_settings(task_params, group_size: int, sampler: str = TREE) -> AgentSettings:
+    """The loop's settings for ``sampler``'s trees giving ``group_size`` rows per instance
+    (``tree.TreeShape.of`` / ``SegmentShape.of`` take them); a ValueError where the task's
+    tree shape cannot."""
+    return AgentSettings.from_flat(task_params, group_size=group_size, sampling=sampler)
 
 
 @dataclass(frozen=True)
@@ -167,12 +201,14 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
             methods["advantage"].params))
         for i, estimator in enumerate(estimators):
             reads = estimator.method.requirements(estimator.method.params)
-            if reads & LOOP_INPUTS:
+            if estimator.sampler != INDEPENDENT and reads & RUBRIC_INPUTS:
                 problems.append(SpecError(
                     source, f"estimators[{i}]",
-                    f"{estimator.label} reads {', '.join(sorted(reads & LOOP_INPUTS))}, which "
-                    "the training loop estimates for it from continuations of its own; "
-                    "workbench credit does not; allowed: an estimator that does not read them"))
+                    f"{estimator.label} reads tree_ids and "
+                    f"{', '.join(sorted(reads & RUBRIC_INPUTS))}: its rows are trees grown "
+                    "from restored states, and the rubric judge cannot follow an episode "
+                    "across a restored state (the training loop refuses it too); allowed: an "
+                    "estimator that does not read both"))
             needs = VALUE_INPUTS & reads
             if needs and not critic:
                 problems.append(SpecError(
@@ -182,6 +218,7 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
                     f"{methods['advantage'].name}) has none; allowed: drop it, or train the "
                     f"checkpoint with an advantage method that reads values "
                     f"(checkpoint.methods.advantage: gae)"))
+        problems += _tree_problems(checked, sweep.task_params, estimators, source)
     rows = (checked.instances * checked.steps_per_instance * 2 * max(checked.continuations))
     if rows > MAX_CONTINUATION_ROWS:
         problems.append(SpecError(source, "continuations",
@@ -193,6 +230,41 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
     sweep, methods = checkpoint
     return CreditPlan(name, source, checked, sweep.task_params, methods, critic,
                       tuple(estimators))
+
+
+def _tree_problems(checked: CreditSpec, task_params, estimators: list[Estimator],
+                   source: str) -> list[SpecError]:
+    """One problem per G that the task's tree shape cannot give G rows per instance for, where
+    an estimator is measured on trees."""
+    p = task_params
+    allowed = {
+        TREE: (f"Tree-GRPO's trees of task.params tree_count {p.tree_count}, tree_expansions "
+               f"{p.tree_expansions}, tree_rounds {p.tree_rounds}",
+               f"group sizes that are multiples of tree_count and at most tree_count x (1 + "
+               f"tree_rounds x tree_expansions) = "
+               f"{p.tree_count * (1 + p.tree_rounds * p.tree_expansions)}"),
+        SEGMENTS: (f"SPO-tree's trees of task.params segment_branching {p.segment_branching}",
+                   f"the group size {math.prod(p.segment_branching)} (the product of "
+                   f"segment_branching)"),
+    }
+    problems = []
+    for sampler, (shape, sizes) in allowed.items():
+        trees = [(i, e) for i, e in enumerate(estimators) if e.sampler == sampler]
+        if not trees:
+            continue
+        i, first = trees[0]
+        for g in checked.group_sizes:
+            try:
+                tree_settings(task_params, g, sampler)
+            except ValueError as err:  # pydantic's ValidationError: the loop's own message
+                errors = getattr(err, "errors", None)
+                reason = (errors()[0]["msg"].removeprefix("Value error, ") if errors
+                          else str(err))
+                problems.append(SpecError(
+                    source, "group_sizes",
+                    f"G = {g} for {first.label} (estimators[{i}]), measured on {shape}: "
+                    f"{reason}; allowed: {sizes}, or another tree shape in task.params"))
+    return problems
 
 
 def _sweep_document(checked: CreditSpec, methods: dict, seed: int, steps: int) -> dict:
@@ -222,7 +294,8 @@ def _estimators(checked: CreditSpec, source: str) -> list[Estimator]:
     except SpecError as err:
         raise _renamed(err, _estimator_path) from None
     chosen = [next(m for m in plan.methods if m.slot == "advantage") for plan in sweep.studies]
-    return [Estimator(m.label, m.cls(**m.fixed)) for m in chosen]
+    methods = [(m.label, m.cls(**m.fixed)) for m in chosen]
+    return [Estimator(label, method, sampler_of(method)) for label, method in methods]
 
 
 def _plain(entry):

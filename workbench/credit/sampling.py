@@ -1,25 +1,48 @@
-"""One group size G of a credit study: G rollouts of every held-out instance with the
-checkpoint, every estimator's advantages on them, sampled steps, and each sampled step's Monte
-Carlo advantage for every N.
+"""One group size G of a credit study, for one sampler: the checkpoint's rows of every
+held-out instance, the advantages of the estimators measured on them, sampled steps, and each
+sampled step's Monte Carlo advantage for every N.
 
-1. The checkpoint plays each of the I instances G times (``loop.play``, actions from
-   ``stream(seed, "rollouts", G, 0)``), and every estimator gets the loop's inputs
-   (``Episodes.advantage_inputs``, group = instance; the task's rubric judge's annotations
-   where an estimator reads them) through the advantage family's caller side:
-   ``method.compute(**inputs it requires)``.
-2. From each instance's played steps, K (``steps_per_instance``) are drawn uniformly without
-   replacement (with replacement only where the instance played fewer than K steps), from
-   ``stream(seed, "rollouts", G, 1)``.
+Each estimator is measured on steps of the sampler it trains with (``plan.sampler_of``), so
+the estimators are grouped by sampler and each sampler's rows, sampled steps and Monte Carlo
+continuations are played once per G (``sample_groups``: one ``GroupSample`` per sampler):
+
+- ``independent`` (every estimator without a tree sampler): the checkpoint plays each
+  of the I instances G times (``loop.play``);
+- ``segments`` (an estimator whose reference grows SPO-tree's trees: ``spo_tree``): the rows
+  of an instance are the leaves of one tree branching every ``segment_length`` steps
+  (``tree.play_segment_trees``, the task's ``segment_branching``, whose product must be G; at
+  most G rows, fewer where episodes end early);
+- ``tree`` (an estimator whose reference grows Tree-GRPO's trees: ``tree_grpo``): the G rows
+  of an instance are the kept leaves' paths of Tree-GRPO's trees (``tree.play_trees``, shape
+  ``TreeShape.of`` the task's tree_count, tree_expansions and tree_rounds at G), a step on a
+  shared prefix in each row through it, as the loss counts it under ``tree_shared_steps: per_leaf``.
+
+1. Every estimator of the sampler gets the loop's inputs (``Episodes.advantage_inputs``, group
+   = instance; the task's rubric judge's annotations where an estimator reads them, independent
+   rows only) through the advantage family's caller side: ``method.compute(**inputs it
+   requires)``. One that reads ``mc_values`` (``spo_chain``) first gets them as the training
+   loop gives them (``loop.mc_values_of``: its ``value_request``'s states restored and played
+   on by the checkpoint), actions from its own stream. The environment steps each estimator
+   costs (``env_steps``) are the sampler's played steps (a tree's shared prefix once, pruned
+   branches too) plus its own continuations.
+2. From each instance's (row, step) pairs, K (``steps_per_instance``) are drawn uniformly
+   without replacement (with replacement only where the instance played fewer than K).
 3. Each drawn step's state (``Episodes.states``: the environment's state before the step) is
-   restored in 2 x max(N) rows (``ground_truth.q_and_v_returns``, actions from
-   ``stream(seed, "rollouts", G, 2)``): max(N) continuations take the step's action, max(N)
-   follow pi. For each N, the first N of each give A_MC = mean(Q returns) - mean(V returns)
-   and its standard error (the N are nested, so the estimates for different N share their
-   draws).
+   restored in 2 x max(N) rows (``ground_truth.q_and_v_returns``): max(N) continuations take the
+   step's action, max(N) follow pi. For each N, the first N of each give A_MC = mean(Q returns)
+   - mean(V returns) and its standard error (the N are nested, so the estimates for different N
+   share their draws).
 4. How far A_MC itself is from the truth at N: its split-half reliability, the Spearman
    correlation r of the A_MC of the first and of the next N // 2 continuations over the
    sampled steps, stepped up to N by Spearman-Brown (2 r / (1 + r); 0 where r <= 0). A
    perfect estimator's rank correlation with A_MC is about its square root at most.
+
+Streams, ``stream(seed, "rollouts", G, *keys)`` (``STREAMS``): independent rows 0, their steps 1,
+their continuations 2; tree rows' actions 5, their branches 6, their steps 7, their
+continuations 8; segment-tree rows' actions 9, their steps 10, their continuations 11; the
+``mc_values`` continuations of the estimator at position e of ``estimators`` (4, e). (3, N)
+is the bootstrap's (``entry``). A sampler's draws do not depend on which other estimators the
+spec lists.
 """
 
 from __future__ import annotations
@@ -32,57 +55,116 @@ import torch
 from workbench import seeds
 from workbench.credit import measures
 from workbench.credit.checkpoint import agent_task, memo_policy
-from workbench.credit.plan import RUBRIC_INPUTS, CreditPlan
+from workbench.credit.plan import (
+    INDEPENDENT,
+    RUBRIC_INPUTS,
+    SEGMENTS,
+    TREE,
+    CreditPlan,
+    Estimator,
+    tree_settings,
+)
 from workbench.testbeds.agent.environment import Instance
 from workbench.testbeds.agent.ground_truth import q_and_v_returns
-from workbench.testbeds.agent.loop import play
+from workbench.testbeds.agent.loop import Episodes, mc_values_of, play
 from workbench.testbeds.agent.policy import Policy
+from workbench.testbeds.agent.tree import (
+    SegmentShape,
+    TreeShape,
+    play_segment_trees,
+    play_trees,
+)
+
+# sampler -> purpose -> the keys after G of its stream(seed, "rollouts", G, ...)
+STREAMS: dict[str, dict[str, tuple[int, ...]]] = {
+    INDEPENDENT: {"rollouts": (0,), "steps": (1,), "continuations": (2,)},
+    TREE: {"rollouts": (5,), "branches": (6,), "steps": (7,), "continuations": (8,)},
+    SEGMENTS: {"rollouts": (9,), "steps": (10,), "continuations": (11,)},
+}
+MC_VALUES = 4  # stream(seed, "rollouts", G, 4, e): estimator e's mc_values continuations
 
 
 @dataclass
 class GroupSample:
-    """The K sampled steps of each of I instances for one G, as (I, K) arrays."""
+    """The K sampled steps of each of I instances for one G and one sampler, as (I, K)
+    arrays, and the rows they were drawn from."""
 
     group_size: int
+    sampler: str
     estimates: dict[str, np.ndarray]  # estimator label -> its advantage of each step
     monte_carlo: dict[int, np.ndarray]  # N -> A_MC of each step
     standard_error: dict[int, np.ndarray]  # N -> A_MC's standard error
     reliability: dict[int, float]  # N -> A_MC's split-half reliability (step 4)
     states: np.ndarray  # (I, K, S): the environment's get_state before each step
     actions: np.ndarray  # (I, K)
-    played: int  # steps played by the I x G rollouts
-    success: float  # the rollouts' success rate
+    played: int  # steps the sampler played for the I instances
+    success: float  # its rows' success rate
+    env_steps: dict[str, int]  # estimator label -> played + its own continuations
+    episodes: Episodes  # the rows, I x G, instance by instance
+    rows: np.ndarray  # (I, K) the row of each sampled step
+    steps: np.ndarray  # (I, K) its step within the row
+
+
+def sample_groups(plan: CreditPlan, policy: Policy, instances: list[Instance],
+                  group_size: int, device: torch.device) -> list[GroupSample]:
+    """One ``GroupSample`` per sampler the plan's estimators are measured on."""
+    samplers = dict.fromkeys(e.sampler for e in plan.estimators)
+    return [sample_group(plan, policy, instances, group_size, device, sampler)
+            for sampler in samplers]
 
 
 def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
-                 group_size: int, device: torch.device) -> GroupSample:
+                 group_size: int, device: torch.device, sampler: str = INDEPENDENT
+                 ) -> GroupSample:
+    """The estimators measured on ``sampler``'s rows, on its rows at G = ``group_size``."""
     s, g, count = plan.spec, group_size, len(instances)
     task, max_steps = agent_task(plan), plan.task_params.max_steps
-    env = task.environment([instance for instance in instances for _ in range(g)], max_steps,
-                           device, instance_ids=[i for i in range(count) for _ in range(g)])
-    judged = any(RUBRIC_INPUTS & e.method.requirements(e.method.params)
-                 for e in plan.estimators)
-    episodes = play(env, policy, seeds.torch_generator(s.seed, "rollouts", g, 0, device=device),
-                    values=plan.critic, judge=task.judge if judged else None)
-    inputs = episodes.advantage_inputs(torch.arange(count, device=device).repeat_interleave(g))
-    advantages = {}
-    for estimator in plan.estimators:
-        needs = estimator.method.requirements(estimator.method.params)
-        out, _ = estimator.method.compute(**{k: v for k, v in inputs.items() if k in needs})
-        advantages[estimator.label] = out.detach().double().cpu()
+    mine = [(e, i) for i, e in enumerate(plan.estimators) if e.sampler == sampler]
+    stream = STREAMS[sampler]
 
-    rows, steps = _draw_steps(episodes.mask.cpu().numpy() != 0, count, g,
-                              s.steps_per_instance, seeds.numpy_generator(s.seed, "rollouts",
-                                                                          g, 1))
+    def torch_stream(purpose: str) -> torch.Generator:
+        return seeds.torch_generator(s.seed, "rollouts", g, *stream[purpose], device=device)
+
+    if sampler == TREE:
+        episodes, played = play_trees(
+            instances, list(range(count)), TreeShape.of(tree_settings(plan.task_params, g)),
+            policy, torch_stream("rollouts"),
+            seeds.numpy_generator(s.seed, "rollouts", g, *stream["branches"]),
+            max_steps=max_steps, device=device, make_env=task.environment, values=plan.critic)
+    elif sampler == SEGMENTS:
+        episodes, played = play_segment_trees(
+            instances, list(range(count)),
+            SegmentShape.of(tree_settings(plan.task_params, g, SEGMENTS)), policy,
+            torch_stream("rollouts"), max_steps=max_steps, device=device,
+            make_env=task.environment, values=plan.critic)
+    else:
+        env = task.environment([instance for instance in instances for _ in range(g)],
+                               max_steps, device,
+                               instance_ids=[i for i in range(count) for _ in range(g)])
+        judged = any(RUBRIC_INPUTS & e.method.requirements(e.method.params) for e, _ in mine)
+        episodes = play(env, policy, torch_stream("rollouts"), values=plan.critic,
+                        judge=task.judge if judged else None)
+        played = int(episodes.mask.sum())
+    groups = (episodes.groups if episodes.groups is not None  # row -> instance
+              else torch.arange(count, device=device).repeat_interleave(g))
+    inputs = episodes.advantage_inputs(groups)
+    advantages, env_steps = {}, {}
+    for estimator, position in mine:
+        advantages[estimator.label], continued = _advantages(
+            plan, estimator, position, episodes, inputs, instances, policy, g, device)
+        env_steps[estimator.label] = played + continued
+
+    rows, steps = _draw_steps(episodes.mask.cpu().numpy() != 0, groups.cpu().numpy(), count,
+                              s.steps_per_instance,
+                              seeds.numpy_generator(s.seed, "rollouts", g, *stream["steps"]))
     rows_t, steps_t = torch.as_tensor(rows), torch.as_tensor(steps)
     states = episodes.states.cpu()[rows_t, steps_t]
     actions = episodes.actions.cpu()[rows_t, steps_t]
-    instance = rows // g
+    instance = groups.cpu().numpy()[rows]
     n = max(s.continuations)
     probs_of = memo_policy(policy, instances, task.environment, max_steps, device)
     q, v = q_and_v_returns([instances[i] for i in instance], probs_of, max_steps,
-                           states, actions, n,
-                           seeds.torch_generator(s.seed, "rollouts", g, 2, device=device),
+                           states, actions, n, torch_stream("continuations"),
                            instance_ids=instance.tolist(), device=device,
                            make_env=task.environment)
     shape = (count, s.steps_per_instance)
@@ -94,21 +176,44 @@ def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
             .reshape(shape)
         reliability[k] = split_half_reliability(q[:, :k].numpy(), v[:, :k].numpy())
     return GroupSample(
-        g, {label: a[rows_t, steps_t].numpy().reshape(shape) for label, a in advantages.items()},
+        g, sampler,
+        {label: a[rows_t, steps_t].numpy().reshape(shape) for label, a in advantages.items()},
         monte_carlo, standard_error, reliability, states.numpy().reshape(*shape, -1),
-        actions.numpy().reshape(shape), int(episodes.mask.sum()),
-        float(episodes.success.float().mean()))
+        actions.numpy().reshape(shape), played, float(episodes.success.float().mean()),
+        env_steps, episodes, rows.reshape(shape), steps.reshape(shape))
 
 
-def _draw_steps(valid: np.ndarray, count: int, g: int, k: int,
+def _advantages(plan: CreditPlan, estimator: Estimator, position: int, episodes: Episodes,
+                inputs: dict[str, torch.Tensor], instances: list[Instance], policy: Policy,
+                g: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The estimator's advantages of every row (on the CPU, float64) and the environment
+    steps its ``mc_values`` took (0 for one that reads none)."""
+    method = estimator.method
+    needs = method.requirements(method.params)
+    given = {k: v for k, v in inputs.items() if k in needs}
+    continued = 0
+    if "mc_values" in needs:
+        generator = seeds.torch_generator(plan.spec.seed, "rollouts", g, MC_VALUES, position,
+                                          device=device)
+        given["mc_values"], continued = mc_values_of(
+            method, episodes, inputs["group_ids"], instances, list(range(len(instances))),
+            policy, generator, max_steps=plan.task_params.max_steps, device=device,
+            make_env=agent_task(plan).environment)
+    out, _ = method.compute(**given)
+    return out.detach().double().cpu(), continued
+
+
+def _draw_steps(valid: np.ndarray, groups: np.ndarray, count: int, k: int,
                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(row, step) of K played steps of each instance (rows i G .. (i + 1) G - 1), instance by
-    instance: uniformly without replacement, with replacement where fewer than K were played."""
+    """(row, step) of K played steps of each instance (the rows whose group is i), instance
+    by instance: uniformly without replacement among its (row, step) pairs, with replacement
+    where fewer than K were played."""
     rows, steps = [], []
     for i in range(count):
-        r, t = np.nonzero(valid[i * g:(i + 1) * g])
+        mine = np.nonzero(groups == i)[0]
+        r, t = np.nonzero(valid[mine])
         picks = rng.choice(len(r), size=k, replace=len(r) < k)
-        rows.append(r[picks] + i * g)
+        rows.append(mine[r[picks]])
         steps.append(t[picks])
     return np.concatenate(rows), np.concatenate(steps)
 

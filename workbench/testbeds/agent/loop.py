@@ -9,7 +9,7 @@ steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the 
 ``old_log_probs`` and, when the method reads them and the task has a rubric judge
 (``make_judge``, ``rubric.Judge``), ``rubric`` / ``rubric_weights`` (its per-step
 annotations); for a method that reads ``mc_values``, the states its ``value_request`` names
-are restored and played on by the sampling policy (``continuation_returns``), and those
+are restored and played on by the sampling policy (``mc_values_of``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own.
 With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
 ``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
@@ -45,6 +45,7 @@ from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
+    AdvantageMethod,
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
@@ -187,6 +188,28 @@ def continuation_returns(env: AgentEnv, states: torch.Tensor, n: int, policy: Po
     return total.view(-1, n).mean(dim=1), steps
 
 
+def mc_values_of(method: AdvantageMethod, episodes: Episodes, groups: torch.Tensor,
+                 instances: Sequence[Instance], instance_ids: Sequence[int], policy: Policy,
+                 generator: torch.Generator, *, max_steps: int, device: torch.device,
+                 make_env: EnvFactory) -> tuple[torch.Tensor, int]:
+    """``mc_values`` for ``method`` on ``episodes`` and the environment steps they took: each
+    state its ``value_request`` names (``families.monte_carlo_values``) restored from
+    ``episodes.states`` and played on ``continuations`` times by ``policy``, actions from
+    ``generator`` (``continuation_returns``). Row r plays ``instances[groups[r]]``, named
+    ``instance_ids[groups[r]]``. The training loop's and ``workbench credit``'s."""
+    group_of = groups.tolist()
+
+    def estimate(rows: torch.Tensor, columns: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+        picked = [group_of[row] for row in rows.tolist() for _ in range(n)]
+        branch = make_env([instances[i] for i in picked], max_steps, device,
+                          instance_ids=[instance_ids[i] for i in picked])
+        return continuation_returns(branch, episodes.states[rows, columns], n, policy,
+                                    generator)
+
+    return monte_carlo_values(method, mask=episodes.mask, old_log_probs=episodes.log_probs,
+                              estimate=estimate)
+
+
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
@@ -246,17 +269,10 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
                      else torch.arange(m, device=device).repeat_interleave(g))
         inputs = episodes.advantage_inputs(group_ids)
         if "mc_values" in slots.advantage_inputs:
-            def estimate(rows, columns, n, chosen=chosen, states=episodes.states,
-                         groups=group_ids):
-                instances = [int(chosen[groups[row]]) for row in rows.tolist()
-                             for _ in range(n)]
-                branch = make_env([train_layouts[i] for i in instances], max_steps, device,
-                                  instance_ids=instances)
-                return continuation_returns(branch, states[rows, columns], n, policy, rollouts)
-
-            inputs["mc_values"], continued = monte_carlo_values(
-                slots.advantage, mask=episodes.mask, old_log_probs=episodes.log_probs,
-                estimate=estimate)
+            inputs["mc_values"], continued = mc_values_of(
+                slots.advantage, episodes, group_ids, [train_layouts[i] for i in chosen],
+                [int(i) for i in chosen], policy, rollouts, max_steps=max_steps,
+                device=device, make_env=make_env)
             env_steps += continued
         advantages, returns = slots.advantage.compute(
             **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
