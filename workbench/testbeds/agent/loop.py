@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
@@ -78,6 +78,9 @@ class AgentSettings(TreeSampling, Settings):
                                                          "that read values: GAE)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
+    batch_axis: Literal["instances", "group_size"] = Field(
+        "instances", description="what the batch_size slot changes: M (instances per update) "
+        "or G (rollouts per instance; independent rollouts only)")
 
 
 @dataclass
@@ -221,8 +224,8 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     total_updates = budget.planned_steps(m * g * max_steps)
     slots = open_rl_slots(methods, policy.parameters(), updates=total_updates,
                           per_update=per_update, batch=m * g, samples=budget.samples)
-    if slots.first_batch is not None:  # the batch slot sizes the instances per update
-        m = max(1, slots.first_batch // g)
+    if slots.first_batch is not None:  # the batch slot sizes the batch along batch_axis
+        m, g = _reshape(slots.first_batch, m, g, settings.batch_axis)
     rollouts = seeds.torch_generator(seed, "actions", device=device)
     order = seeds.torch_generator(seed, "minibatches")
     evaluation = make_env(eval_layouts, max_steps, device)
@@ -319,11 +322,19 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
                                         grad_sq=stats["train/grad_norm"] ** 2,
                                         batch_size=m * g, samples=env_steps)
         if wanted is not None:
-            m = max(1, wanted // g)
+            m, g = _reshape(wanted, m, g, settings.batch_axis)
     if "eval/success" not in metrics:
         metrics["eval/success"] = float(play(evaluation, policy, None).success.float().mean())
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
+
+
+def _reshape(samples: int, m: int, g: int, axis: str) -> tuple[int, int]:
+    """(M, G) for a batch of about ``samples`` rollouts, changing only ``axis``: the instances
+    (M = samples // G, at least 1) or the group size (G = samples // M, at least 1)."""
+    if axis == "group_size":
+        return m, max(1, samples // m)
+    return max(1, samples // g), g
 
 
 def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,

@@ -114,9 +114,13 @@ class AgentTask(Task):
         if getattr(method, "family", None) != "advantage":
             return None
         try:
-            params.tree_sampler(method)
+            sampler = params.tree_sampler(method)
         except ValueError as err:
             return "segment_branching", f"{method.name} grows its rows by segments: {err}"
+        if sampler is not None and params.batch_axis == "group_size":
+            return "batch_axis", (f"{method.name} grows its rows as trees ({sampler}), whose "
+                                  "shape fixes G; allowed with tree sampling: batch_axis: "
+                                  "instances")
         return None
 
     def instance(self, params, split: int, index: int) -> Instance:
