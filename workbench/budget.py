@@ -4,7 +4,7 @@ every testbed's loop and the engine share."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import Field
 
@@ -13,6 +13,10 @@ from workbench.validation import Strict
 # ``log(step, metrics)``: records one step's metrics. It may raise to stop the run (the engine's
 # ``StopRun`` when the trial is pruned or diverged); a loop lets that propagate.
 LogFn = Callable[[int, Mapping[str, float]], None]
+
+# ``log(step, per_seed)``: the same for the S seeds of a trial run as one computation
+# (``Task.run_seeds``): seed i's metrics, or None once seed i has stopped.
+SeedsLogFn = Callable[[int, Sequence[Mapping[str, float] | None]], None]
 
 
 class Budget(Strict):

@@ -91,6 +91,10 @@ class Method:
     requires: ClassVar[frozenset[str]] = frozenset()
     reference: ClassVar[Reference]
     fidelity: ClassVar[str]
+    # whether the method runs the seeds of a trial as one computation with a leading seed axis
+    # (``execution: {seeds: vectorised}``); what that asks is the family's (its module's
+    # docstring), and its contract check holds it to parity with the seeds run one by one
+    vectorised: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = self.resolve(params)

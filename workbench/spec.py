@@ -123,6 +123,15 @@ class EvaluationSpec(Strict):
         return value
 
 
+class ExecutionSpec(Strict):
+    """How a trial runs its seeds: one after another, or as one computation with a leading seed
+    axis (``Task.run_seeds``; each seed still its own run with its own metrics)."""
+
+    seeds: Literal["sequential", "vectorised", "auto"] = Field(
+        "sequential", description="vectorised: every study must support it; auto: vectorised "
+                                  "where the task and each method of the study do")
+
+
 class SweepSpec(Strict):
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
@@ -142,6 +151,7 @@ class SweepSpec(Strict):
     storage: str | None = None
     report: ReportOptions = ReportOptions()
     evaluation: EvaluationSpec | None = None
+    execution: ExecutionSpec = ExecutionSpec()
 
     @field_validator("sampler", "pruner", mode="before")
     @classmethod
@@ -205,6 +215,7 @@ class StudyPlan:
     n_trials: int
     fingerprint: str = ""
     document: dict = field(default_factory=dict, compare=False, repr=False)
+    vectorised: bool = False  # its trials run their seeds on a seed axis (``execution``)
 
     @property
     def label(self) -> str:
@@ -444,8 +455,9 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     for combo in itertools.product(*per_slot):
         label = "+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit)
         shown = f"{name}.{label}"  # Sweep.title
+        vectorised = _seed_mode(spec, task, combo, shown, source, notes)
         document = fingerprint_document(spec, task, task_params, seeds, metric, direction,
-                                        combo, kind)
+                                        combo, kind, vectorised)
         digest = fingerprint.digest(document)
         if digest in by_fingerprint:
             raise SpecError(source, "methods",
@@ -453,7 +465,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             "same methods, fixed values and search spaces): drop one")
         by_fingerprint[digest] = label
         plan = StudyPlan(study_name(task.name, combo, digest), tuple(combo), spec.trials,
-                         digest, document)
+                         digest, document, vectorised)
         if not plan.search_space() and spec.trials > 1:
             notes.append(f"{shown}: nothing to tune; running 1 trial")
             plan = replace(plan, n_trials=1)
@@ -469,6 +481,37 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             "" if storage else "storage") if url else default_storage()
     return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
                  url, notes, evaluation_plan(spec.evaluation, seeds))
+
+
+def seed_axis_problem(spec: SweepSpec, task: type[Task], combo) -> str | None:
+    """Why the study of ``combo`` cannot run its seeds on a seed axis, or None."""
+    if not task.runs_seeds_together():
+        return f"task {task.name} runs its seeds one at a time (it has no run_seeds)"
+    for m in combo:
+        if not m.cls.vectorised:
+            return f"{m.slot} method {m.cls.name} declares vectorised = False"
+    if spec.budget.wall_seconds is not None:
+        return "a budget in wall_seconds is counted per run, one seed at a time"
+    if spec.pruner.name == "wilcoxon":
+        return "the wilcoxon pruner compares one seed at a time"
+    return None
+
+
+def _seed_mode(spec: SweepSpec, task: type[Task], combo, shown: str, source: str,
+               notes: list[str]) -> bool:
+    """Whether the study runs its seeds on a seed axis (``execution.seeds``): ``vectorised``
+    refuses a study that cannot, ``auto`` falls back to sequential with one note saying why."""
+    mode = spec.execution.seeds
+    if mode == "sequential":
+        return False
+    why = seed_axis_problem(spec, task, combo)
+    if why is None:
+        return True
+    if mode == "vectorised":
+        raise SpecError(source, "execution.seeds", f"{shown} cannot run vectorised: {why}; "
+                        "allowed: sequential, or auto (vectorised where each study can)")
+    notes.append(f"{shown}: seeds run sequentially ({why})")
+    return False
 
 
 def evaluation_plan(spec: EvaluationSpec | None, tuning: list[int]) -> EvaluationPlan | None:
@@ -645,11 +688,13 @@ def study_name(task: str, combo, digest: str) -> str:
 
 
 def fingerprint_document(spec: SweepSpec, task: type[Task], task_params, seeds: list[int],
-                         metric: str, direction: str, combo, device: str) -> dict:
+                         metric: str, direction: str, combo, device: str,
+                         vectorised: bool = False) -> dict:
     """Everything that determines a study's results (``workbench.fingerprint``): task and
     parameters, budget, seeds, objective, each slot's method with its fixed values (defaults
     resolved) and search space, the sampler's and pruner's settings that act, the device kind,
-    the code (every module of the project the run imports) and the libraries' versions. Not in
+    the seeds' execution mode, the code (every module of the project the run imports) and the
+    libraries' versions. Not in
     it: labels, trial counts, failure limits, storage and report options, which change how
     much is run or how it is shown, never what a trial computes."""
     methods = {}
@@ -671,6 +716,7 @@ def fingerprint_document(spec: SweepSpec, task: type[Task], task_params, seeds: 
         "sampler": _acting(spec.sampler, SAMPLER_SETTINGS),
         "pruner": _acting(spec.pruner, PRUNER_SETTINGS),
         "device": device,
+        "execution": {"seeds": "vectorised" if vectorised else "sequential"},
         "code": code,
         "versions": versions,
     }

@@ -15,6 +15,7 @@ class ConstantBatch(BatchSizeMethod):
     }
     reference = Reference("Robbins & Monro, A stochastic approximation method", 1951)
     fidelity = "reference-checked"
+    vectorised = True  # a schedule: the seeds of a trial share its sizes
 
     def start(self, info):
         self.current = self.hp.size or info.get("batch_size") or info["n_samples"]

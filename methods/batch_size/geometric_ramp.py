@@ -47,6 +47,7 @@ class GeometricRamp(BatchSizeMethod):
         2018,
     )
     fidelity = "reconstructed"
+    vectorised = True  # a schedule: the seeds of a trial share its sizes
 
     def start(self, info):
         self.target = info.get("batch_size") or info["n_samples"]

@@ -55,6 +55,7 @@ class LinearRamp(BatchSizeMethod):
         "(RampupBatchsizeNumMicroBatchesCalculator)",
     )
     fidelity = "reference-checked"
+    vectorised = True  # a schedule: the seeds of a trial share its sizes
 
     def start(self, info):
         self.target = info.get("batch_size") or info["n_samples"]

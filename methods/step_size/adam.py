@@ -46,6 +46,7 @@ class Adam(StepSizeMethod):
         "Kingma & Ba, Adam: a method for stochastic optimization", 2015, "torch.optim.Adam"
     )
     fidelity = "reference-checked"
+    vectorised = True  # element-wise: exact on a seed axis as it is
 
     def step_size_cap(self):
         return self.hp.lr

@@ -56,6 +56,7 @@ class AdamSchedule(Schedule):
         "(AdamW, 2019); Huang et al., The 37 implementation details of PPO (lr annealing)",
         2015, "torch.optim.Adam / torch.optim.AdamW with torch.optim.lr_scheduler.LambdaLR")
     fidelity = "reference-checked"
+    vectorised = True  # element-wise: exact on a seed axis as it is
 
     def multiplier(self, step: int, total_steps: int) -> float:
         if self.hp.shape != "linear":

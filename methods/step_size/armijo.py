@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Choice, Float, Int
 from workbench.optim import FlatOptimizer
@@ -45,46 +47,57 @@ _FALLBACK_STEP = 1e-6  # the reference's step when every trial fails
 
 
 class ArmijoSLS(FlatOptimizer):
+    """On a seed axis every seed searches on its own: the trial points of the seeds still
+    searching are evaluated together (``closure(backward=False, active=mask)``, which counts
+    a loss evaluation for those seeds only) and a seed stops at its own first success."""
+
     def __init__(self, params, *, eta0, c, beta, gamma, eta_max, max_backtracks, batches,
-                 reset_option):
+                 reset_option, seeds=None):
         defaults = {
             "eta": eta0, "eta0": eta0, "c": c, "beta": beta, "gamma": gamma,
             "eta_max": eta_max, "max_backtracks": max_backtracks, "batches": batches,
             "reset_option": reset_option,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
 
-    @staticmethod
-    def _trial(group) -> float:
+    def _trial(self, group) -> torch.Tensor:
         option = group["reset_option"]
         if option == 0:
-            eta = group["eta"]
+            eta = self._as_seed_scalar(group["eta"])
         elif option == 1:
-            eta = group["eta"] * group["gamma"] ** (1.0 / group["batches"])
+            eta = self._as_seed_scalar(group["eta"]) * group["gamma"] ** (1.0 / group["batches"])
         else:
-            eta = group["eta0"]
-        return min(eta, group["eta_max"])
+            eta = self._as_seed_scalar(group["eta0"])
+        return torch.clamp(eta, max=group["eta_max"])
+
+    def _loss_at_trial(self, closure, searching):
+        if self.seeds is None:
+            return closure(backward=False).detach().double()
+        return closure(backward=False, active=searching).detach().double()
 
     def step(self, closure):
         group = self.param_groups[0]
         loss = closure()
-        f0 = float(loss)
+        f0 = loss.detach().double()
         origin, grads = self._snapshot(), self._grads()
-        grad_sq = self._norm_sq(grads)
+        grad_sq = self._sq_per_seed(grads)
         eta = self._trial(group)
-        applied = 0.0
-        if math.sqrt(grad_sq) >= _SMALLEST_GRAD_NORM:
-            applied = _FALLBACK_STEP
-            for _ in range(group["max_backtracks"]):
-                self._step_from(origin, grads, eta)
-                if float(closure(backward=False)) <= f0 - group["c"] * eta * grad_sq:
-                    applied = eta
-                    break
-                eta *= group["beta"]
-            else:
-                self._step_from(origin, grads, _FALLBACK_STEP)
-        group["eta"] = eta
-        self.last_step_size = applied
+        searching = grad_sq.sqrt() >= _SMALLEST_GRAD_NORM
+        applied = torch.where(searching, self._as_seed_scalar(_FALLBACK_STEP), 0.0)
+        for _ in range(group["max_backtracks"]):
+            if not bool(searching.any()):
+                break
+            self._step_from_per_seed(origin, grads, eta, searching)
+            trial = self._loss_at_trial(closure, searching)
+            accepted = searching & (trial <= f0 - group["c"] * eta * grad_sq)
+            applied = torch.where(accepted, eta, applied)
+            searching = searching & ~accepted
+            eta = torch.where(searching, eta * group["beta"], eta)
+        # every trial failed: the reference's tiny step
+        self._step_from_per_seed(origin, grads, self._as_seed_scalar(_FALLBACK_STEP), searching)
+        group["eta"] = self._kept(eta)
+        self._report(applied)
         return loss
 
 
@@ -107,6 +120,7 @@ class Armijo(StepSizeMethod):
         "github.com/IssamLaradji/sls",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     def step_size_cap(self):
         return self.hp.eta_max
@@ -116,4 +130,5 @@ class Armijo(StepSizeMethod):
             params, eta0=self.hp.eta0, c=self.hp.c, beta=self.hp.beta, gamma=self.hp.gamma,
             eta_max=self.hp.eta_max, max_backtracks=self.hp.max_backtracks,
             batches=info.get("batches_per_epoch", 1), reset_option=self.hp.reset_option,
+            seeds=info.get("seeds"),
         )

@@ -32,6 +32,7 @@ class Constant(StepSizeMethod):
         "Robbins & Monro, A stochastic approximation method", 1951, "torch.optim.SGD"
     )
     fidelity = "reference-checked"
+    vectorised = True  # element-wise: exact on a seed axis as it is
 
     def step_size_cap(self):
         return self.hp.lr

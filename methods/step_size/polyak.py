@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Choice, Float
 from workbench.optim import FlatOptimizer
@@ -51,39 +53,41 @@ _SMALLEST_GRAD_NORM = 1e-8  # the reference takes no step below this gradient no
 
 class SPSMax(FlatOptimizer):
     def __init__(self, params, *, c, gamma_max, f_star, delta, adapt, growth, gamma0, eps,
-                 batches):
+                 batches, seeds=None):
         defaults = {
             "c": c, "gamma_max": gamma_max, "f_best": math.inf, "adapt": adapt,
             "growth": growth, "gamma": gamma0, "eps": eps, "batches": batches,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
         self._f_star = f_star
         self._delta = delta
 
-    def _target(self, loss: float) -> float:
+    def _target(self, loss):
+        """f_i^* per seed: the given value, or f_best - delta (f_best updated with ``loss``)."""
         group = self.param_groups[0]
         if self._delta is None:
-            return float(self._f_star)
-        group["f_best"] = min(group["f_best"], loss)
-        return group["f_best"] - self._delta
+            return self._as_seed_scalar(self._f_star)
+        best = torch.minimum(self._as_seed_scalar(group["f_best"]), loss)
+        group["f_best"] = self._kept(best)
+        return best - self._delta
 
     def step(self, closure):
         loss = closure()
-        value = float(loss)
+        value = loss.detach().double()
         group = self.param_groups[0]
         grads = self._grads()
-        grad_sq = self._norm_sq(grads)
-        target = self._target(value)
-        if math.sqrt(grad_sq) < _SMALLEST_GRAD_NORM:
-            gamma = 0.0
-        else:
-            gap = max(value - target, 0.0)
-            gamma = min(gap / (group["c"] * grad_sq + group["eps"]), group["gamma_max"])
-            if group["adapt"] == "smooth_iter":
-                gamma = min(gamma, group["growth"] ** (1.0 / group["batches"]) * group["gamma"])
-            self._descend(grads, gamma)
-        group["gamma"] = gamma
-        self.last_step_size = gamma
+        grad_sq = self._sq_per_seed(grads)
+        gap = torch.clamp(value - self._target(value), min=0.0)
+        gamma = torch.clamp(gap / (group["c"] * grad_sq + group["eps"]), max=group["gamma_max"])
+        if group["adapt"] == "smooth_iter":
+            bound = group["growth"] ** (1.0 / group["batches"]) * self._as_seed_scalar(
+                group["gamma"])
+            gamma = torch.minimum(gamma, bound)
+        gamma = torch.where(grad_sq.sqrt() < _SMALLEST_GRAD_NORM, 0.0, gamma)
+        self._descend_per_seed(grads, gamma)
+        group["gamma"] = self._kept(gamma)
+        self._report(gamma)
         return loss
 
 
@@ -107,6 +111,7 @@ class Polyak(StepSizeMethod):
         "github.com/IssamLaradji/sps",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     @classmethod
     def requirements(cls, params):
@@ -126,5 +131,5 @@ class Polyak(StepSizeMethod):
         return SPSMax(
             params, c=self.hp.c, gamma_max=self.hp.gamma_max, f_star=f_star, delta=delta,
             adapt=self.hp.adapt, growth=self.hp.growth, gamma0=self.hp.gamma0, eps=self.hp.eps,
-            batches=info.get("batches_per_epoch", 1),
+            batches=info.get("batches_per_epoch", 1), seeds=info.get("seeds"),
         )

@@ -95,6 +95,7 @@ class Schedule(StepSizeMethod):
         "torch.optim.lr_scheduler (LinearLR, StepLR, CosineAnnealingLR, SequentialLR)",
     )
     fidelity = "reference-checked"
+    vectorised = True  # element-wise: exact on a seed axis as it is
 
     def step_size_cap(self):
         return self.hp.lr

@@ -46,6 +46,7 @@ class SGDMomentum(StepSizeMethod):
         "torch.optim.SGD",
     )
     fidelity = "reference-checked"
+    vectorised = True  # element-wise: exact on a seed axis as it is
 
     def step_size_cap(self):
         return self.hp.lr

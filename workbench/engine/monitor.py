@@ -11,10 +11,11 @@ runner catches it and marks the seed run and the trial pruned with the reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import optuna
 
+from workbench import stats
 from workbench.objective import Divergence, ObjectiveTracker
 from workbench.sink import MetricSink
 from workbench.spec import Sweep
@@ -81,3 +82,37 @@ class Monitor:
             raise StopRun("diverged", f"{self.metric} not finite at seed {self.seed}, step "
                                       f"{result.get('steps')}")
         return value
+
+
+class SeedsMonitor:
+    """The ``SeedsLogFn`` of a trial whose seeds run on one seed axis (``Task.run_seeds``).
+
+    Each seed's metrics go through its own ``Monitor`` (its run, its objective, its divergence
+    check; none of them reports to Optuna). At a report point, once every running seed has
+    reached it, the trial reports the objective so far aggregated over those seeds as
+    intermediate value ``i`` (the same for every trial of the study, which never mixes modes)
+    and asks the pruner; a prune or any seed's divergence raises ``StopRun``, ending all seeds.
+    """
+
+    def __init__(self, sweep: Sweep, monitors: Sequence[Monitor], trial: optuna.Trial | None):
+        spec = sweep.spec
+        self.monitors, self.trial = list(monitors), trial
+        self.pruner = spec.pruner.name
+        self.aggregate = spec.objective.aggregate
+        self.marks = report_steps(spec.budget.steps, spec.pruner.report_points)
+
+    def __call__(self, step: int, per_seed: Sequence[Mapping[str, float] | None]) -> None:
+        for monitor, metrics in zip(self.monitors, per_seed, strict=True):
+            if metrics is not None:
+                monitor(step, metrics)
+        if self.trial is None or self.pruner == "wilcoxon" or step not in self.marks:
+            return
+        values = [m.objective.value() for m, metrics in zip(self.monitors, per_seed,
+                                                              strict=True)
+                  if metrics is not None]
+        values = [v for v in values if math.isfinite(v)]
+        if not values:
+            return
+        self.trial.report(stats.aggregate(values, self.aggregate), self.marks[step])
+        if self.trial.should_prune():
+            raise StopRun("pruned", f"{self.pruner} pruner at step {step} (all seeds)")

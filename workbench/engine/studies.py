@@ -210,9 +210,10 @@ def make_sampler(sweep: Sweep, plan: StudyPlan, salt: int) -> optuna.samplers.Ba
                                       constant_liar=True)
 
 
-def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
-    """The spec's pruner; Hyperband's resource is the trial's report points over all seeds;
-    Wilcoxon's instances are the seeds (Optuna's documented use: per-instance evaluation)."""
+def make_pruner(sweep: Sweep, plan: StudyPlan | None = None) -> optuna.pruners.BasePruner:
+    """The spec's pruner; Hyperband's resource is the trial's report points over all seeds
+    (over the seed axis's points when ``plan`` runs its seeds together); Wilcoxon's instances
+    are the seeds (Optuna's documented use: per-instance evaluation)."""
     spec = sweep.spec.pruner
     if spec.name == "none":
         return optuna.pruners.NopPruner()
@@ -223,7 +224,9 @@ def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
                                                  n_startup_steps=spec.startup_seeds)
     if spec.name == "hyperband":
         return optuna.pruners.HyperbandPruner(
-            min_resource=1, max_resource=len(sweep.seeds) * spec.report_points,
+            min_resource=1,
+            max_resource=(1 if plan is not None and plan.vectorised else len(sweep.seeds))
+            * spec.report_points,
             reduction_factor=spec.reduction_factor)
     return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials,
                                        n_warmup_steps=spec.warmup_steps)

@@ -1,5 +1,7 @@
 """Running one claimed trial: sample its hyperparameters, open its trial run, run the task once
-per seed (a seed run each, watched by a ``Monitor``), close the runs, tell Optuna.
+per seed (a seed run each, watched by a ``Monitor``), or, for a study that runs its seeds on a
+seed axis (``StudyPlan.vectorised``), once for all seeds (``Task.run_seeds``, a ``SeedsMonitor``
+over the seeds' monitors), close the runs, tell Optuna.
 
 The trial's objective is its per-seed objectives aggregated as the spec says. A ``StopRun``
 from a seed prunes the trial; any other exception fails it (its traceback is logged to the
@@ -18,7 +20,7 @@ from optuna.trial import TrialState
 
 from workbench import runs, seeds, stats
 from workbench.engine.claims import Heartbeat
-from workbench.engine.monitor import Monitor, StopRun
+from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
@@ -96,6 +98,18 @@ def execute(sweep: Sweep, methods: dict, seed: int, device: torch.device, log,
                             budget=sweep.spec.budget, log=log)
 
 
+def execute_seeds(sweep: Sweep, methods: dict, seed_list: list[int], device: torch.device,
+                  log, keep: dict | None = None) -> list[dict]:
+    """``execute`` for all of ``seed_list`` on one seed axis (``Task.run_seeds``): each seed's
+    final metrics."""
+    torch.manual_seed(seeds.int_seed(seed_list[0], "global"))
+    fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}
+    if keep is not None:
+        keep.update(fresh)
+    return sweep.task().run_seeds(sweep.task_params, fresh, seeds=list(seed_list),
+                                  device=device, budget=sweep.spec.budget, log=log)
+
+
 @dataclass
 class OpenTrial:
     """A claimed trial with its sampled methods and its open trial run: what each of its seed
@@ -129,7 +143,9 @@ class TrialRunner:
         values: list[float] = []
         with Heartbeat(lambda: self.storage.record_heartbeat(trial._trial_id)):
             try:
-                for index, seed in enumerate(sweep.seeds):
+                if plan.vectorised:
+                    values = self._run_seeds_together(opened)
+                for index, seed in enumerate([] if plan.vectorised else sweep.seeds):
                     values.append(self._run_seed(opened, index, seed))
                     if sweep.spec.pruner.name == "wilcoxon":
                         _ask_wilcoxon(trial, index, seed, values[-1])
@@ -180,15 +196,33 @@ class TrialRunner:
         self.client.log_dict(run_id, config, "config.yaml")
         return OpenTrial(study, plan, trial, methods, params, tags, run_id, experiment_id)
 
+    def _start_seed_run(self, opened: OpenTrial, seed: int) -> tuple[str, str]:
+        """Open seed ``seed``'s run below the trial run: (its id, its name)."""
+        name = f"{opened.plan.label} t{opened.trial.number} s{seed}"
+        run_id = runs.start_run(
+            self.client, opened.experiment_id, name,
+            tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
+            params={**opened.params, "seed": seed}, parent=opened.run_id)
+        return run_id, name
+
+    def _end_seed_run(self, run_id: str, name: str, outcome: BaseException | float) -> None:
+        """Close a seed run: complete with its objective, pruned by a ``StopRun``, or failed."""
+        if isinstance(outcome, StopRun):
+            runs.finish_run(self.client, run_id, "pruned",
+                            tags={runs.PRUNE_REASON: outcome.reason,
+                                  runs.PRUNE_DETAIL: outcome.detail})
+        elif isinstance(outcome, BaseException):
+            runs.finish_run(self.client, run_id, "fail",
+                            tags={runs.FAIL_REASON: f"{type(outcome).__name__}: {outcome}"})
+        else:
+            runs.finish_run(self.client, run_id, "complete", metrics={"objective": outcome},
+                            name=f"{name} | {short_metric(self.sweep.metric)}={outcome:.4g}")
+
     def _run_seed(self, opened: OpenTrial, index: int, seed: int) -> float:
         """Run the task from ``seed`` (the trial's ``index``-th) in its own seed run; its
         objective. Raises ``StopRun`` when pruned or diverged, whatever the task raised else."""
         sweep, plan = self.sweep, opened.plan
-        name = f"{plan.label} t{opened.trial.number} s{seed}"
-        seed_run = runs.start_run(
-            self.client, opened.experiment_id, name,
-            tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
-            params={**opened.params, "seed": seed}, parent=opened.run_id)
+        seed_run, name = self._start_seed_run(opened, seed)
         monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
         fresh: dict = {}
         try:
@@ -198,21 +232,51 @@ class TrialRunner:
                 if index == 0 and fresh:
                     self._warn_unused_knobs(plan, fresh, opened.run_id)
             value = monitor.final_value(result)
-        except StopRun as stop:
-            self.sink.flush()
-            runs.finish_run(self.client, seed_run, "pruned",
-                            tags={runs.PRUNE_REASON: stop.reason,
-                                  runs.PRUNE_DETAIL: stop.detail})
-            raise
         except BaseException as err:
             self.sink.flush()
-            runs.finish_run(self.client, seed_run, "fail",
-                            tags={runs.FAIL_REASON: f"{type(err).__name__}: {err}"})
+            self._end_seed_run(seed_run, name, err)
             raise
         self.sink.flush()
-        runs.finish_run(self.client, seed_run, "complete", metrics={"objective": value},
-                        name=f"{name} | {short_metric(sweep.metric)}={value:.4g}")
+        self._end_seed_run(seed_run, name, value)
         return value
+
+    def _run_seeds_together(self, opened: OpenTrial) -> list[float]:
+        """Run every seed of the trial on one seed axis, each in its own seed run; their
+        objectives in seed order. A stop or failure of the computation ends every seed run
+        with it; afterwards, the first seed whose result diverged raises ``StopRun`` once all
+        seed runs are closed (the others complete)."""
+        sweep, plan = self.sweep, opened.plan
+        opened_runs = [self._start_seed_run(opened, seed) for seed in sweep.seeds]
+        monitors = [Monitor(sweep, self.sink, run_id, None, seed, index)
+                    for index, (seed, (run_id, _)) in enumerate(zip(sweep.seeds, opened_runs,
+                                                                    strict=True))]
+        fresh: dict = {}
+        try:
+            try:
+                results = execute_seeds(sweep, opened.methods, sweep.seeds, self.device,
+                                        SeedsMonitor(sweep, monitors, opened.trial), fresh)
+            finally:
+                if fresh:
+                    self._warn_unused_knobs(plan, fresh, opened.run_id)
+        except BaseException as err:
+            self.sink.flush()
+            for run_id, name in opened_runs:
+                self._end_seed_run(run_id, name, err)
+            raise
+        self.sink.flush()
+        values, stop = [], None
+        for (run_id, name), monitor, result in zip(opened_runs, monitors, results, strict=True):
+            try:
+                value = monitor.final_value(result)
+            except StopRun as err:
+                stop = stop or err
+                self._end_seed_run(run_id, name, err)
+                continue
+            self._end_seed_run(run_id, name, value)
+            values.append(value)
+        if stop is not None:
+            raise stop
+        return values
 
     def _warn_unused_knobs(self, plan: StudyPlan, methods: dict, trial_run: str) -> None:
         """Warn, once per study and process, about searched hyperparameters the run never

@@ -72,7 +72,7 @@ class Worker:
             order = plans[start:] + plans[:start]
             for plan in order:
                 study = optuna.load_study(study_name=plan.name, storage=storage,
-                                          pruner=make_pruner(self.sweep))
+                                          pruner=make_pruner(self.sweep, plan))
                 while (trial := claims.claim(study, plan)) is not None:
                     runner.run(study, plan, trial)
                     if self.on_trial_end:

@@ -30,7 +30,9 @@ from workbench.families.step_size import (
     mean_over_steps,
     minibatch_epochs,
     observe_rl_stats,
+    seed_axis_info,
     step_size_taken,
+    step_sizes_taken,
 )
 
 #: Every name a method of some family may ``require``: the union of the families' own
@@ -43,5 +45,6 @@ __all__ = [
     "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
     "StepSizeMethod", "ValueRequest", "monte_carlo_values", "open_rl_slots",
     "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
-    "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "step_size", "step_size_taken",
+    "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "seed_axis_info", "step_size",
+    "step_size_taken", "step_sizes_taken",
 ]

@@ -7,6 +7,11 @@ previous answer, as the loop clamps it). Every answer is a positive int within
 [min_size, max_size or n_samples] when the method declares those hyperparameters (else
 [1, n_samples]); ``diagnostics()`` is a dict of floats; two fresh instances fed the same
 statistics give the same answers and diagnostics.
+
+Seed axis (``vectorised = True``): the method is a schedule whose sizes the seeds of a trial
+share; its answers read only ``step`` and the counts all seeds share (``batch_size``,
+``samples``, ``n_samples``), never a seed's own statistics. Contract check: fed the same
+counts with other losses and gradient statistics, it gives the same answers.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ class BatchSizeMethod(Method):
 
 
 # caller side -----------------------------------------------------------------------------------
+
+#: The statistics every seed of a seed axis shares (the rest are each seed's own).
+SHARED_STATISTICS = frozenset({"batch_size", "samples", "n_samples"})
 
 #: ``n_samples`` where the data never runs out (an RL loop draws fresh rollouts) and the
 #: budget sets no sample limit.
@@ -188,3 +196,18 @@ def check_configuration(cls, overrides, method) -> None:
             raise ContractViolation(
                 f"is not deterministic: two fresh instances fed the same statistics gave "
                 f"diagnostics {a} and {b} at step {step}")
+    if cls.vectorised:
+        _check_shared_schedule(cls, overrides, answers, fed)
+
+
+def _check_shared_schedule(cls, overrides, answers, fed) -> None:
+    """A vectorised method's answers must not move when a seed's own statistics do."""
+    other = [{k: (v if k in SHARED_STATISTICS else 3.0 * v + 1.0) for k, v in stats.items()}
+             for stats in fed]
+    again, _, _ = _run(cls, overrides, feed=other)
+    for step, (a, b) in enumerate(zip(answers, again, strict=True)):
+        if a != b:
+            raise ContractViolation(
+                f"declares vectorised = True but answered {a} and {b} at step {step} for the "
+                "same shared counts with other losses and gradient statistics; a schedule the "
+                "seeds share may read only step, batch_size, samples and n_samples")

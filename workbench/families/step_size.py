@@ -14,6 +14,17 @@ around the start; an optimizer with ``observe`` gets synthetic RL statistics aft
 ``step_size_cap()`` (relative tolerance 1e-12); the iterate stays finite; the state survives
 ``state_dict()`` / ``load_state_dict()`` (before steps 1 and 10, a fresh optimizer loaded with
 the saved state takes the same step, to 1e-12).
+
+Seed axis (a method with ``vectorised = True``; ``execution: {seeds: vectorised}``): ``info``
+holds ``seeds`` = S and every parameter has a leading axis of S seeds. ``closure()`` returns the
+S per-seed losses (a tensor (S,)) and fills ``.grad`` with each seed's own gradient;
+``closure(backward=False, active=mask)`` evaluates every seed's loss and counts a loss
+evaluation for the seeds in ``mask`` only. Every scalar the scheme computes is per seed
+(reductions over a seed's own slice); ``last_step_size`` is a float shared by all seeds or a
+tensor (S,). An ``info`` value that differs by seed (``f_star``, ``smoothness``) is a tensor
+(S,); only the inputs in ``SEED_AXIS_INPUTS`` are given on a seed axis. Contract check, on top
+of the above: the same 20 steps on three seeds' quadratics stacked give each seed the
+iterates and step sizes of its own run, to 1e-9 relative.
 """
 
 from __future__ import annotations
@@ -52,6 +63,11 @@ REQUIRABLE: Mapping[str, str] = {
 }
 
 
+#: The inputs a task can give on a seed axis (the others are callables of one seed's state).
+SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
+                              "loss_lower_bound", "smoothness", "return_upper_bound"})
+
+
 class StepSizeMethod(Method):
     """Builds a ``torch.optim.Optimizer`` over the task's parameters.
 
@@ -84,6 +100,27 @@ def step_size_taken(optimizer: torch.optim.Optimizer) -> float:
     """``method/step_size``: the step the optimizer reports for its last ``step`` (NaN for a
     plain torch optimizer, which reports none)."""
     return float(getattr(optimizer, "last_step_size", math.nan))
+
+
+def step_sizes_taken(optimizer: torch.optim.Optimizer, seeds: int) -> list[float]:
+    """``method/step_size`` of each seed on a seed axis of ``seeds``: the per-seed sizes, or
+    the one size all seeds share (NaN for a plain torch optimizer)."""
+    size = getattr(optimizer, "last_step_size", math.nan)
+    if isinstance(size, torch.Tensor):
+        return [float(v) for v in size.tolist()]
+    return [float(size)] * seeds
+
+
+def seed_axis_info(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``build``'s ``info`` on a seed axis from each seed's own: ``seeds`` = S, and each input
+    of ``SEED_AXIS_INPUTS`` the seeds share as it is, one that differs by seed as a float64
+    tensor (S,); inputs that exist only per seed (callables) are left out."""
+    info: dict[str, Any] = {"seeds": len(infos)}
+    for key in SEED_AXIS_INPUTS & set(infos[0]):
+        values = [i[key] for i in infos]
+        info[key] = (values[0] if all(v == values[0] for v in values)
+                     else torch.tensor([float(v) for v in values], dtype=torch.float64))
+    return info
 
 
 def observe_rl_stats(optimizer: torch.optim.Optimizer, *, approx_kl: float,
@@ -138,9 +175,12 @@ def _quadratic(seed: int = 0):
               start[4:].clone().requires_grad_(True)]
     calls = [0]
 
-    def loss():
-        d = torch.cat([p.reshape(-1) for p in params]) - x_star
+    def loss_at(variables):
+        d = torch.cat([v.reshape(-1) for v in variables]) - x_star
         return 0.5 * d @ (a @ d) + f_star
+
+    def loss():
+        return loss_at(params)
 
     def closure(backward=True):
         calls[0] += 1
@@ -168,12 +208,12 @@ def _quadratic(seed: int = 0):
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
             "return_upper_bound": 500.0, "margins": margins}
-    return params, closure, calls, info
+    return params, closure, calls, info, loss_at
 
 
 def check_configuration(cls, overrides, method) -> None:
     """The step-size contract on one configuration (see the module docstring)."""
-    params, closure, calls, info = _quadratic()
+    params, closure, calls, info, _ = _quadratic()
     cap = guarded("in step_size_cap()", method.step_size_cap)
     if not is_real(cap) or math.isnan(cap) or cap < 0:
         raise ContractViolation(
@@ -202,6 +242,77 @@ def check_configuration(cls, overrides, method) -> None:
         observe = getattr(optimizer, "observe", None)
         if observe is not None:
             guarded(f"in observe() after step {step}", lambda: observe(_rl_stats(step)))  # noqa: B023
+    if type(method).vectorised:
+        _check_seed_axis(method)
+
+
+SEED_AXIS_SEEDS = (0, 1, 2)
+SEED_AXIS_TOLERANCE = 1e-9
+
+
+def _check_seed_axis(method) -> None:
+    """Three seeds' quadratics stacked on a seed axis: each seed's iterates and step sizes
+    must be those of its own run (relative 1e-9)."""
+    needs = method.requirements(method.params) - SEED_AXIS_INPUTS
+    if needs:
+        raise ContractViolation(
+            f"it declares vectorised = True but requires {', '.join(sorted(needs))}, which a "
+            "task cannot give on a seed axis; declare vectorised = False")
+    alone = []
+    for seed in SEED_AXIS_SEEDS:
+        params, closure, _, info, _ = _quadratic(seed)
+        optimizer = type(method)(**method.params).build(params, info)
+        path = []
+        for _ in range(STEPS):
+            optimizer.step(closure)
+            path.append(([p.detach().clone() for p in params], step_size_taken(optimizer)))
+        alone.append(path)
+    params, closure, info = _stacked_quadratics(SEED_AXIS_SEEDS)
+    optimizer = guarded("in build() on a seed axis",
+                        lambda: type(method)(**method.params).build(params, info))
+    for step in range(STEPS):
+        guarded(f"at step {step} on a seed axis", lambda: optimizer.step(closure))
+        sizes = step_sizes_taken(optimizer, len(SEED_AXIS_SEEDS))
+        for s, path in enumerate(alone):
+            want_params, want_size = path[step]
+            gap = max(float(((p.detach()[s] - w).abs() / (w.abs() + 1e-12)).max())
+                      for p, w in zip(params, want_params, strict=True))
+            size_gap = abs(sizes[s] - want_size) / (abs(want_size) + 1e-300)
+            if not (gap <= SEED_AXIS_TOLERANCE and (size_gap <= SEED_AXIS_TOLERANCE
+                                                    or sizes[s] == want_size)):
+                raise ContractViolation(
+                    f"on a seed axis, seed {s} at step {step} left its own run (iterate "
+                    f"relative gap {gap:.3g}, step size {sizes[s]!r} vs {want_size!r}); every "
+                    "scalar must be computed per seed")
+
+
+def _stacked_quadratics(seed_list):
+    """The contract's quadratics of ``seed_list`` on a seed axis: parameters (S, 2, 2) and
+    (S, 3), a closure with the seed-axis signature, and info with per-seed values."""
+    parts = [_quadratic(seed) for seed in seed_list]
+    params = [torch.stack([part[0][i].detach() for part in parts]).requires_grad_(True)
+              for i in range(2)]
+    losses = [part[4] for part in parts]
+
+    def per_seed():
+        return torch.stack([loss([p[s] for p in params]) for s, loss in enumerate(losses)])
+
+    def closure(backward=True, active=None):
+        if not backward:
+            with torch.no_grad():
+                return per_seed()
+        for p in params:
+            p.grad = None
+        value = per_seed()
+        value.sum().backward()
+        return value.detach()
+
+    infos = [part[3] for part in parts]
+    info = {key: infos[0][key] for key in ("total_steps", "batches_per_epoch", "f_star",
+                                            "loss_lower_bound", "return_upper_bound")}
+    info["smoothness"] = torch.tensor([i["smoothness"] for i in infos], dtype=torch.float64)
+    info["seeds"] = len(seed_list)
+    return params, closure, info
 
 
 def _rl_stats(step: int) -> dict[str, float]:

@@ -12,7 +12,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.budget import Budget, LogFn
+from pydantic import Field
+
+from workbench.budget import Budget, LogFn, SeedsLogFn
 from workbench.registry import Method
 from workbench.validation import Strict
 
@@ -22,6 +24,15 @@ if TYPE_CHECKING:
 
 class TaskParams(Strict):
     """Base of each task's parameter model: unknown keys are errors."""
+
+
+class OneThreadParams(TaskParams):
+    """Parameters of a task whose steps are many small tensor operations: on the CPU they run
+    on one torch thread per worker unless set (measured: benchmarks/seed_axis.py; a second
+    thread only adds synchronisation at these sizes, and under load it costs several times)."""
+
+    cpu_threads: int | None = Field(1, ge=1, le=1024, description="torch threads on the CPU "
+                                    "(None: torch's default)")
 
 
 @contextmanager
@@ -91,3 +102,25 @@ class Task:
         holds no state that needs cleaning up past a ``with`` block.
         """
         raise NotImplementedError
+
+    def run_seeds(
+        self,
+        params: TaskParams,
+        methods: Mapping[str, Method],
+        *,
+        seeds: list[int],
+        device: torch.device,
+        budget: Budget,
+        log: SeedsLogFn,
+    ) -> list[dict[str, Any]]:
+        """``run`` for every seed of ``seeds`` as one computation with a leading seed axis
+        (``execution: {seeds: vectorised}``); each seed's final metrics. Seed i's metrics at
+        every step are those ``run`` gives it alone (the parity contract: tests hold each task
+        to it). ``log(step, per_seed)`` gets seed i's metrics, or None once seed i stopped; it
+        may raise as ``run``'s ``log`` does, which ends every seed."""
+        raise NotImplementedError
+
+    @classmethod
+    def runs_seeds_together(cls) -> bool:
+        """Whether the task implements ``run_seeds``."""
+        return cls.run_seeds is not Task.run_seeds

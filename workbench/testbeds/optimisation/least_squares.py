@@ -16,11 +16,19 @@ import torch
 from pydantic import Field, model_validator
 
 from workbench import seeds
-from workbench.testbeds.base import Task, TaskParams
-from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, random_start, train
+from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
+from workbench.testbeds.optimisation.loop import (
+    Problem,
+    Pure,
+    batches_per_epoch,
+    pure_problem,
+    random_start,
+    train,
+)
+from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 
-class LeastSquaresParams(TaskParams):
+class LeastSquaresParams(OneThreadParams):
     n_samples: int = Field(1000, ge=1, le=10_000_000)
     dim: int = Field(50, ge=1, le=5_000)
     condition_number: float = Field(100.0, ge=1.0, le=1e12,
@@ -63,24 +71,28 @@ def build_problem(params: LeastSquaresParams, seed: int, device: torch.device,
     a, b = a.to(device, dtype), b.to(device, dtype)
     x = random_start(params.dim, params.init_scale, seed, device, dtype)
 
-    def batch_loss(idx):
-        ab, bb = (a, b) if idx is None else (a[idx], b[idx])
-        return 0.5 * ((ab @ x - bb) ** 2).mean()
-
     def sample_loss(variables, ai, bi):
         (v,) = variables
         return 0.5 * (ai @ v - bi) ** 2
 
-    @torch.no_grad()
-    def evaluate():
-        loss = float(batch_loss(None))
-        return {"train/loss": loss, "train/suboptimality": loss - f_star}
-
     info = {"f_star": f_star, "loss_lower_bound": f_star, "smoothness": smoothness,
             "batches_per_epoch": batches_per_epoch(params.n_samples, params.batch_size),
             "total_steps": total_steps}
-    return Problem([x], params.n_samples, batch_loss, evaluate, info,
-                   sample_loss=sample_loss, data=(a, b))
+    pure = Pure((a, b, torch.tensor(f_star, dtype=torch.float64, device=device)), _loss,
+                _metrics)
+    return pure_problem([x], params.n_samples, pure, info, sample_loss=sample_loss,
+                        data=(a, b))
+
+
+def _loss(variables, data, idx):
+    (x,), (a, b, _) = variables, data
+    ab, bb = (a, b) if idx is None else (a[idx], b[idx])
+    return 0.5 * ((ab @ x - bb) ** 2).mean()
+
+
+def _metrics(variables, data):
+    loss = _loss(variables, data, None)
+    return {"train/loss": loss, "train/suboptimality": loss.double() - data[2]}
 
 
 class LeastSquares(Task):
@@ -96,7 +108,15 @@ class LeastSquares(Task):
     default_objective = "train/suboptimality"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        problem = build_problem(params, seed, device, budget.steps)
-        optimizer = methods["step_size"].build(problem.variables, problem.info)
-        return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                     seed=seed, device=device, log=log, batch_method=methods.get("batch_size"))
+        with cpu_threads(device, params.cpu_threads):
+            problem = build_problem(params, seed, device, budget.steps)
+            optimizer = methods["step_size"].build(problem.variables, problem.info)
+            return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
+                         seed=seed, device=device, log=log, batch_method=methods.get("batch_size"))
+
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        with cpu_threads(device, params.cpu_threads):
+            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
+                               budget=budget, seeds=seeds, device=device, log=log,
+                               batch_method=methods.get("batch_size"))

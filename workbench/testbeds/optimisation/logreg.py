@@ -26,15 +26,18 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.loop import (
     Problem,
+    Pure,
     Target,
     batches_per_epoch,
+    pure_problem,
     random_start,
     train,
 )
+from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 Digit = Annotated[int, Field(ge=0, le=9)]
 
@@ -49,7 +52,7 @@ _READS = {
 _DATA_KEYS = ("n_samples", "dim", "margin", "label_noise", "digits_classes")
 
 
-class LogRegParams(TaskParams):
+class LogRegParams(OneThreadParams):
     dataset: Literal["gaussian", "tyurin_two_point", "tyurin_worst_case", "breast_cancer",
                      "digits_binary"] = "gaussian"
     n_samples: int = Field(512, ge=2, le=10_000_000,
@@ -120,17 +123,33 @@ def target_of(params: LogRegParams) -> Target | None:
     return Target(params.target_metric, value, direction)
 
 
+def pure_formulas(params: LogRegParams, x: torch.Tensor, y: torch.Tensor) -> Pure:
+    """The loss and the metrics as functions of (w,) and the data (x, y)."""
+
+    def loss(variables, data, idx):
+        (w,), (xs, ys) = variables, data
+        xb, yb = (xs, ys) if idx is None else (xs[idx], ys[idx])
+        value = F.softplus(-yb * (xb @ w)).mean()
+        return value + 0.5 * params.l2 * (w @ w) if params.l2 else value
+
+    def metrics(variables, data):
+        (w,), (xs, ys) = variables, data
+        margins = ys * (xs @ w)
+        return {
+            "train/loss": F.softplus(-margins).mean() + 0.5 * params.l2 * (w @ w),
+            "train/accuracy": (margins > 0).to(xs.dtype).mean(),
+            "train/min_margin": margins.min(),
+        }
+
+    return Pure((x, y), loss, metrics)
+
+
 def build_problem(params: LogRegParams, seed: int, device: torch.device,
                   total_steps: int) -> Problem:
     data_seed = seed if params.data_seed is None else params.data_seed
     x, y = (t.to(device) for t in make_data(params, data_seed))
     n, dim = x.shape
     w = random_start(dim, params.init_scale, seed, device, x.dtype, draw_dtype=x.dtype)
-
-    def batch_loss(idx):
-        xb, yb = (x, y) if idx is None else (x[idx], y[idx])
-        loss = F.softplus(-yb * (xb @ w)).mean()
-        return loss + 0.5 * params.l2 * (w @ w) if params.l2 else loss
 
     def sample_loss(variables, xi, yi):
         (v,) = variables
@@ -144,24 +163,14 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
         xb, yb = (x, y) if idx is None else (x[idx], y[idx])
         return yb * (xb @ w)
 
-    @torch.no_grad()
-    def evaluate():
-        margins = y * (x @ w)
-        loss = F.softplus(-margins).mean() + 0.5 * params.l2 * (w @ w)
-        return {
-            "train/loss": float(loss),
-            "train/accuracy": float((margins > 0).to(x.dtype).mean()),
-            "train/min_margin": float(margins.min()),
-        }
-
     info = {
         "loss_lower_bound": 0.0,
         "batches_per_epoch": batches_per_epoch(n, params.batch_size),
         "total_steps": total_steps,
         "margins": margins,
     }
-    return Problem([w], n, batch_loss, evaluate, info, sample_loss=sample_loss, data=(x, y),
-                   current=current)
+    return pure_problem([w], n, pure_formulas(params, x, y), info, sample_loss=sample_loss,
+                        data=(x, y), current=current)
 
 
 class LogReg(Task):
@@ -182,8 +191,16 @@ class LogReg(Task):
     default_objective = "train/loss"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        problem = build_problem(params, seed, device, budget.steps)
-        optimizer = methods["step_size"].build(problem.variables, problem.info)
-        return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                     seed=seed, device=device, log=log,
-                     batch_method=methods.get("batch_size"), target=target_of(params))
+        with cpu_threads(device, params.cpu_threads):
+            problem = build_problem(params, seed, device, budget.steps)
+            optimizer = methods["step_size"].build(problem.variables, problem.info)
+            return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
+                         seed=seed, device=device, log=log,
+                         batch_method=methods.get("batch_size"), target=target_of(params))
+
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        with cpu_threads(device, params.cpu_threads):
+            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
+                               budget=budget, seeds=seeds, device=device, log=log,
+                               batch_method=methods.get("batch_size"), target=target_of(params))

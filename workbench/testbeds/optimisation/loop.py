@@ -32,6 +32,18 @@ from workbench.families import BatchSlot, step_size_taken
 
 
 @dataclass
+class Pure:
+    """A problem's formulas as pure functions of the variables and the data: ``loss(variables,
+    data, idx)`` (the mean loss over rows ``idx``, None: all) and ``metrics(variables, data)``
+    (the full-data metrics, each a 0-d tensor). One seed's ``Problem`` calls them on its own
+    leaves (``pure_problem``); ``train_seeds`` maps them over a seed axis."""
+
+    data: tuple[torch.Tensor, ...]
+    loss: Callable[..., torch.Tensor]
+    metrics: Callable[..., dict[str, torch.Tensor]]
+
+
+@dataclass
 class Problem:
     """A finite-sum objective f(x) = mean_i f_i(x) over ``n_samples`` terms.
 
@@ -47,6 +59,21 @@ class Problem:
     sample_loss: Callable[..., torch.Tensor] | None = None
     data: tuple[torch.Tensor, ...] = ()
     current: dict[str, Any] = field(default_factory=dict)  # "batch": the step's indices
+    pure: Pure | None = None  # the same formulas, pure: the problem can run on a seed axis
+
+
+def pure_problem(variables: list[torch.Tensor], n_samples: int, pure: Pure,
+                 info: dict[str, Any], **extra: Any) -> Problem:
+    """The ``Problem`` whose loss and metrics are ``pure``'s on ``variables`` (one seed)."""
+
+    def batch_loss(idx):
+        return pure.loss(variables, pure.data, idx)
+
+    @torch.no_grad()
+    def evaluate():
+        return {key: float(value) for key, value in pure.metrics(variables, pure.data).items()}
+
+    return Problem(variables, n_samples, batch_loss, evaluate, info, pure=pure, **extra)
 
 
 @dataclass(frozen=True)
@@ -62,13 +89,38 @@ class Target:
         return got >= self.value if self.direction == "maximize" else got <= self.value
 
 
+    def first(self, reached_at: float, step: int, metrics: dict[str, float]) -> float:
+        """The step the target was first reached at (NaN until then), recorded in
+        ``metrics`` as ``train/steps_to_target``."""
+        if math.isnan(reached_at) and self.reached(metrics):
+            reached_at = float(step)
+        metrics["train/steps_to_target"] = reached_at
+        return reached_at
+
+
+def step_metrics(evaluated: Mapping[str, float], extra: Mapping[str, float], *,
+                 step_size: float, samples: int, grad_evals: int, loss_evals: int,
+                 seconds: float) -> dict[str, float]:
+    """One logged step: the full-data metrics, the step's own, and the costs so far."""
+    metrics = dict(evaluated)
+    metrics.update(extra)
+    metrics.update({
+        "method/step_size": step_size,
+        "cost/samples": float(samples),
+        "cost/grad_evals": float(grad_evals),
+        "cost/loss_evals": float(loss_evals),
+        "time/wall_seconds": seconds,
+    })
+    return metrics
+
+
 class _Counters:
     def __init__(self) -> None:
         self.grad_evals = 0
         self.loss_evals = 0
 
 
-class _Batches:
+class Batches:
     """Seeded epochs of shuffled indices; ``None`` for full-batch steps."""
 
     def __init__(self, n: int, seed: int, device: torch.device):
@@ -134,7 +186,7 @@ def train(
 ) -> dict[str, Any]:
     """Run gradient descent until the budget is spent or the loss stops being finite."""
     counters = _Counters()
-    batches = _Batches(problem.n_samples, seed, device)
+    batches = Batches(problem.n_samples, seed, device)
     samples, seconds, diverged = 0, 0.0, False
     step_size, reached_at = math.nan, math.nan
     needs_stats = batch_method is not None and "per_sample_grads" in batch_method.requirements(
@@ -166,19 +218,11 @@ def train(
 
     def record(step: int, extra: Mapping[str, float]) -> dict[str, float]:
         nonlocal reached_at
-        metrics = dict(problem.evaluate())
-        metrics.update(extra)
-        metrics.update({
-            "method/step_size": step_size,
-            "cost/samples": float(samples),
-            "cost/grad_evals": float(counters.grad_evals),
-            "cost/loss_evals": float(counters.loss_evals),
-            "time/wall_seconds": seconds,
-        })
-        if target is not None and math.isnan(reached_at) and target.reached(metrics):
-            reached_at = float(step)
+        metrics = step_metrics(problem.evaluate(), extra, step_size=step_size, samples=samples,
+                               grad_evals=counters.grad_evals,
+                               loss_evals=counters.loss_evals, seconds=seconds)
         if target is not None:
-            metrics["train/steps_to_target"] = reached_at
+            reached_at = target.first(reached_at, step, metrics)
         log(step, metrics)
         return metrics
 

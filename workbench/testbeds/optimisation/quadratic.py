@@ -13,11 +13,12 @@ import torch
 from pydantic import Field
 
 from workbench import seeds
-from workbench.testbeds.base import Task, TaskParams
-from workbench.testbeds.optimisation.loop import Problem, random_start, train
+from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
+from workbench.testbeds.optimisation.loop import Problem, Pure, pure_problem, random_start, train
+from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 
-class QuadraticParams(TaskParams):
+class QuadraticParams(OneThreadParams):
     dim: int = Field(50, ge=1, le=5_000)
     condition_number: float = Field(100.0, ge=1.0)
     data_seed: int | None = Field(None, description="None: the run's seed draws the problem")
@@ -50,23 +51,37 @@ class Quadratic(Task):
     default_objective = "train/suboptimality"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        data_seed = seed if params.data_seed is None else params.data_seed
-        a, b, f_star = make_problem(params, data_seed)
-        dtype = getattr(torch, params.dtype)
-        a, b = a.to(device, dtype), b.to(device, dtype)
-        x = random_start(params.dim, params.init_scale, seed, device, dtype)
+        with cpu_threads(device, params.cpu_threads):
+            problem = build_problem(params, seed, device, budget.steps)
+            optimizer = methods["step_size"].build(problem.variables, problem.info)
+            return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
+                         device=device, log=log)
 
-        def batch_loss(_idx):
-            return 0.5 * x @ (a @ x) - b @ x
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        with cpu_threads(device, params.cpu_threads):
+            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            return train_seeds(problems, methods["step_size"], batch_size=None, budget=budget,
+                               seeds=seeds, device=device, log=log)
 
-        @torch.no_grad()
-        def evaluate():
-            loss = float(batch_loss(None))
-            return {"train/loss": loss, "train/suboptimality": loss - f_star}
 
-        info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1,
-                "total_steps": budget.steps, "smoothness": 1.0}
-        problem = Problem([x], 1, batch_loss, evaluate, info)
-        optimizer = methods["step_size"].build([x], info)
-        return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
-                     device=device, log=log)
+def _loss(variables, data, idx):
+    (x,), (a, b, _) = variables, data
+    return 0.5 * x @ (a @ x) - b @ x
+
+
+def _metrics(variables, data):
+    loss = _loss(variables, data, None)
+    return {"train/loss": loss, "train/suboptimality": loss.double() - data[2]}
+
+
+def build_problem(params: QuadraticParams, seed: int, device: torch.device,
+                  total_steps: int) -> Problem:
+    data_seed = seed if params.data_seed is None else params.data_seed
+    a, b, f_star = make_problem(params, data_seed)
+    dtype = getattr(torch, params.dtype)
+    a, b = a.to(device, dtype), b.to(device, dtype)
+    x = random_start(params.dim, params.init_scale, seed, device, dtype)
+    info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1,
+            "total_steps": total_steps, "smoothness": 1.0}
+    data = (a, b, torch.tensor(f_star, dtype=torch.float64, device=device))
+    return pure_problem([x], 1, Pure(data, _loss, _metrics), info)
