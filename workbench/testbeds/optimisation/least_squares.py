@@ -21,8 +21,10 @@ from workbench.testbeds.optimisation.loop import (
     Problem,
     Pure,
     batches_per_epoch,
+    matvec,
     pure_problem,
     random_start,
+    rows,
     train,
 )
 from workbench.testbeds.optimisation.seed_axis import train_seeds
@@ -86,8 +88,8 @@ def build_problem(params: LeastSquaresParams, seed: int, device: torch.device,
 
 def _loss(variables, data, idx):
     (x,), (a, b, _) = variables, data
-    ab, bb = (a, b) if idx is None else (a[idx], b[idx])
-    return 0.5 * ((ab @ x - bb) ** 2).mean()
+    ab, bb = (a, b) if idx is None else rows(idx, a, b)
+    return 0.5 * ((matvec(ab, x) - bb) ** 2).mean(-1)
 
 
 def _metrics(variables, data):

@@ -33,8 +33,10 @@ from workbench.testbeds.optimisation.loop import (
     Pure,
     Target,
     batches_per_epoch,
+    matvec,
     pure_problem,
     random_start,
+    rows,
     train,
 )
 from workbench.testbeds.optimisation.seed_axis import train_seeds
@@ -124,21 +126,25 @@ def target_of(params: LogRegParams) -> Target | None:
 
 
 def pure_formulas(params: LogRegParams, x: torch.Tensor, y: torch.Tensor) -> Pure:
-    """The loss and the metrics as functions of (w,) and the data (x, y)."""
+    """The loss and the metrics as functions of (w,) and the data (x, y), over any leading
+    (seed) axes."""
+
+    def penalty(w):
+        return 0.5 * params.l2 * (w * w).sum(-1)
 
     def loss(variables, data, idx):
         (w,), (xs, ys) = variables, data
-        xb, yb = (xs, ys) if idx is None else (xs[idx], ys[idx])
-        value = F.softplus(-yb * (xb @ w)).mean()
-        return value + 0.5 * params.l2 * (w @ w) if params.l2 else value
+        xb, yb = (xs, ys) if idx is None else rows(idx, xs, ys)
+        value = F.softplus(-yb * matvec(xb, w)).mean(-1)
+        return value + penalty(w) if params.l2 else value
 
     def metrics(variables, data):
         (w,), (xs, ys) = variables, data
-        margins = ys * (xs @ w)
+        margins = ys * matvec(xs, w)
         return {
-            "train/loss": F.softplus(-margins).mean() + 0.5 * params.l2 * (w @ w),
-            "train/accuracy": (margins > 0).to(xs.dtype).mean(),
-            "train/min_margin": margins.min(),
+            "train/loss": F.softplus(-margins).mean(-1) + penalty(w),
+            "train/accuracy": (margins > 0).to(xs.dtype).mean(-1),
+            "train/min_margin": margins.amin(-1),
         }
 
     return Pure((x, y), loss, metrics)

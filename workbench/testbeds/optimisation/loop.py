@@ -35,8 +35,9 @@ from workbench.families import BatchSlot, step_size_taken
 class Pure:
     """A problem's formulas as pure functions of the variables and the data: ``loss(variables,
     data, idx)`` (the mean loss over rows ``idx``, None: all) and ``metrics(variables, data)``
-    (the full-data metrics, each a 0-d tensor). One seed's ``Problem`` calls them on its own
-    leaves (``pure_problem``); ``train_seeds`` maps them over a seed axis."""
+    (the full-data metrics). Written over any leading axes: one seed's ``Problem`` calls them
+    on its own leaves (``pure_problem``; each result 0-d), ``train_seeds`` on the stacked
+    variables and data of S seeds with ``idx`` of shape (S, b) (each result of shape (S,))."""
 
     data: tuple[torch.Tensor, ...]
     loss: Callable[..., torch.Tensor]
@@ -60,6 +61,22 @@ class Problem:
     data: tuple[torch.Tensor, ...] = ()
     current: dict[str, Any] = field(default_factory=dict)  # "batch": the step's indices
     pure: Pure | None = None  # the same formulas, pure: the problem can run on a seed axis
+
+
+def matvec(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """a @ x over leading axes: a (..., n, d), x (..., d) -> (..., n)."""
+    return (a @ x.unsqueeze(-1)).squeeze(-1)
+
+
+def rows(idx: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows ``idx`` of each tensor: ``t[idx]`` for one seed (idx (b,), t (n, ...)), each
+    seed's own rows on a seed axis (idx (S, b), t (S, n, ...) -> (S, b, ...))."""
+    if idx.dim() == 1:
+        return tuple(t[idx] for t in tensors)
+    n_seeds, n = tensors[0].shape[:2]
+    flat = (idx + n * torch.arange(n_seeds, device=idx.device).unsqueeze(1)).reshape(-1)
+    return tuple(t.reshape(n_seeds * n, *t.shape[2:])[flat].reshape(*idx.shape, *t.shape[2:])
+                 for t in tensors)
 
 
 def pure_problem(variables: list[torch.Tensor], n_samples: int, pure: Pure,

@@ -14,7 +14,14 @@ from pydantic import Field
 
 from workbench import seeds
 from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
-from workbench.testbeds.optimisation.loop import Problem, Pure, pure_problem, random_start, train
+from workbench.testbeds.optimisation.loop import (
+    Problem,
+    Pure,
+    matvec,
+    pure_problem,
+    random_start,
+    train,
+)
 from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 
@@ -66,7 +73,7 @@ class Quadratic(Task):
 
 def _loss(variables, data, idx):
     (x,), (a, b, _) = variables, data
-    return 0.5 * x @ (a @ x) - b @ x
+    return 0.5 * (x * matvec(a, x)).sum(-1) - (b * x).sum(-1)
 
 
 def _metrics(variables, data):

@@ -3,12 +3,12 @@
 Each seed keeps what it has in ``loop.train``: its own data, start and minibatch stream (its
 ``Problem``, built from its seed), its own counters, metrics and stopping. The variables of the
 S problems are stacked on a leading seed axis; the loss and the metrics are the problems'
-``Pure`` formulas mapped over that axis (``torch.func.vmap``); one optimizer built on the seed
-axis (``families.step_size``'s seed-axis contract) steps all seeds at once. A seed whose loss
-stops being finite stops (its rows are frozen: no gradient, no counts, no more metrics) while the
-others go on. The batch-size slot takes only methods declared ``vectorised`` (schedules, whose
-sizes are shared by the seeds). ``time/wall_seconds`` is each seed's share of the batch's
-optimizer time (the batch's time / S).
+``Pure`` formulas (written over leading axes) called once on the stacked tensors; one optimizer
+built on the seed axis (``families.step_size``'s seed-axis contract) steps all seeds at once.
+A seed whose loss stops being finite stops (its rows are frozen: no gradient, no counts, no
+more metrics) while the others go on. The batch-size slot takes only methods declared
+``vectorised`` (schedules, whose sizes the seeds share). ``time/wall_seconds`` is each seed's
+share of the batch's optimizer time (the batch's time / S).
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import torch
-from torch.func import vmap
 
 from workbench.budget import Budget, SeedsLogFn
 from workbench.families import BatchSlot, seed_axis_info, step_sizes_taken
@@ -52,13 +50,10 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     live = torch.ones(n_seeds, dtype=torch.bool, device=device)
     grad_evals = torch.zeros(n_seeds, dtype=torch.int64, device=device)
     loss_evals = torch.zeros_like(grad_evals)
-    metrics_of = vmap(pure.metrics)
     batch: torch.Tensor | None = None
 
     def losses(values: list[torch.Tensor]) -> torch.Tensor:
-        if batch is None:
-            return vmap(partial(pure.loss, idx=None))(values, data)
-        return vmap(pure.loss)(values, data, batch)
+        return pure.loss(values, data, batch)
 
     def closure(backward: bool = True, active: torch.Tensor | None = None) -> torch.Tensor:
         nonlocal grad_evals, loss_evals
@@ -82,7 +77,7 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
 
     def record(step: int, extra: list[dict[str, float]]) -> list[dict[str, float] | None]:
         with torch.no_grad():
-            evaluated = metrics_of(variables, data)
+            evaluated = pure.metrics(variables, data)
         names = list(evaluated)
         table = torch.stack([evaluated[k].double() for k in names], dim=1).tolist()
         counts = torch.stack([grad_evals, loss_evals], dim=1).tolist()

@@ -1,0 +1,138 @@
+"""Seeds on a seed axis against the same seeds run one after another, measured in one run.
+
+1. One trial of the quickstart's logistic regression (512 x 20, minibatch 64, 200 steps) on
+   ``--seeds`` seeds (10), per step-size method: ``Task.run`` once per seed against one
+   ``Task.run_seeds`` (the training steps as the engine runs them, metrics built for every
+   seed at every step, nothing written). Target: >= 5x.
+2. The thread default: the vectorised trial with one torch thread against two (the
+   optimisation testbeds' default is one per worker).
+3. Memory: the peak RSS of a vectorised trial of S seeds and of one seed, each in a fresh
+   process. Target: at most S x the one-seed figure.
+4. GPU: 32 seeds vectorised against 32 sequential runs on CUDA (target >= 10x); prints
+   "no GPU" without one.
+5. ``--sweeps``: the quickstart sweep through ``workbench sweep`` with ``execution: {seeds:
+   auto}`` at 10 seeds against 3 seeds, CPU seconds of the whole command (target: <= 2x).
+
+Usage::
+
+    python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--sweeps]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from workbench import registry
+from workbench.budget import Budget
+from workbench.testbeds import get_task
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = {"n_samples": 512, "dim": 20, "margin": 0.1, "batch_size": 64}
+
+
+def methods(name: str) -> dict:
+    return {"step_size": registry.get("step_size", name)(),
+            "batch_size": registry.get("batch_size", "constant")()}
+
+
+def sequential(name: str, seeds: list[int], steps: int, device: torch.device,
+               threads: int = 1) -> float:
+    task = get_task("logreg")()
+    params = task.Params(**PARAMS, cpu_threads=threads)
+    started = time.perf_counter()
+    for seed in seeds:
+        task.run(params, methods(name), seed=seed, device=device, budget=Budget(steps=steps),
+                 log=lambda step, metrics: None)
+    return time.perf_counter() - started
+
+
+def vectorised(name: str, seeds: list[int], steps: int, device: torch.device,
+               threads: int = 1) -> float:
+    task = get_task("logreg")()
+    params = task.Params(**PARAMS, cpu_threads=threads)
+    started = time.perf_counter()
+    task.run_seeds(params, methods(name), seeds=seeds, device=device,
+                   budget=Budget(steps=steps), log=lambda step, per_seed: None)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def peak_rss_mib(n_seeds: int, steps: int) -> float:
+    """Peak RSS of a fresh process that runs one vectorised trial of ``n_seeds`` seeds."""
+    code = (f"import resource, torch, sys; sys.path.insert(0, {str(ROOT)!r}); "
+            "from benchmarks.seed_axis import vectorised; "
+            f"vectorised('polyak', list(range({n_seeds})), {steps}, torch.device('cpu')); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def sweep_cpu_seconds(seeds: int) -> float:
+    """CPU seconds (user + system) of ``workbench sweep`` on the quickstart at ``seeds``."""
+    spec = yaml.safe_load((ROOT / "sweeps" / "quickstart.yaml").read_text())
+    spec.update(name=f"quickstart{seeds}", seeds=seeds, execution={"seeds": "auto"})
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "workbench", "sweep", str(path), "--storage",
+                        f"sqlite:///{folder}/store.db", "--quiet"], check=True, cwd=folder,
+                       capture_output=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--sweeps", action="store_true", help="also time the quickstart sweep")
+    args = parser.parse_args()
+    cpu, seeds = torch.device("cpu"), list(range(args.seeds))
+
+    print(f"1. logreg trial, {args.seeds} seeds x {args.steps} steps, one thread (target >= 5x)")
+    for name in ("constant", "polyak", "armijo", "adam"):
+        vectorised(name, seeds[:2], 5, cpu)  # warm-up: first calls, vmap's set-up
+        alone = sequential(name, seeds, args.steps, cpu)
+        together = vectorised(name, seeds, args.steps, cpu)
+        print(f"   {name:9s} sequential {alone:6.2f} s  vectorised {together:6.2f} s  "
+              f"ratio {alone / together:5.2f}x")
+
+    one, two = (vectorised("polyak", seeds, args.steps, cpu, threads) for threads in (1, 2))
+    print(f"2. vectorised polyak trial: 1 thread {one:.2f} s, 2 threads {two:.2f} s "
+          f"(2 threads take {two / one:.2f}x the time of 1)")
+
+    single, many = peak_rss_mib(1, args.steps), peak_rss_mib(args.seeds, args.steps)
+    print(f"3. peak RSS: 1 seed {single:.0f} MiB, {args.seeds} seeds vectorised {many:.0f} MiB "
+          f"({many / single:.2f}x; target <= {args.seeds}x)")
+
+    if torch.cuda.is_available():
+        gpu, many_seeds = torch.device("cuda"), list(range(32))
+        vectorised("polyak", many_seeds[:2], 5, gpu)
+        alone = sequential("polyak", many_seeds, args.steps, gpu)
+        together = vectorised("polyak", many_seeds, args.steps, gpu)
+        print(f"4. GPU, 32 seeds: sequential {alone:.2f} s, vectorised {together:.2f} s, "
+              f"ratio {alone / together:.2f}x (target >= 10x)")
+    else:
+        print("4. no GPU")
+
+    if args.sweeps:
+        three, ten = sweep_cpu_seconds(3), sweep_cpu_seconds(10)
+        print(f"5. quickstart sweep, execution auto: 3 seeds {three:.1f} CPU s, 10 seeds "
+              f"{ten:.1f} CPU s ({ten / three:.2f}x; target <= 2x)")
+
+
+if __name__ == "__main__":
+    main()
