@@ -125,3 +125,17 @@ class FlatOptimizer(torch.optim.Optimizer):
     def _report(self, size: torch.Tensor) -> None:
         """``last_step_size``: a float, or on a seed axis the (S,) tensor of per-seed sizes."""
         self.last_step_size = float(size) if self.seeds is None else size.clone()
+
+    def _kept_count(self, value: torch.Tensor):
+        """A per-seed count (the steps a seed has taken) as scheme state in ``param_groups``:
+        an int without a seed axis (as before), the (S,) tensor on one."""
+        return int(value) if self.seeds is None else value.clone()
+
+    def _where_per_seed(self, where: torch.Tensor, new: torch.Tensor,
+                        old: torch.Tensor) -> torch.Tensor:
+        """Per seed, ``new`` for the seeds in ``where`` and ``old`` for the others (tensors
+        shaped as a parameter); without a seed axis ``where`` is 0-d and one of them is
+        returned as it is."""
+        if self.seeds is None:
+            return new if bool(where) else old
+        return torch.where(where.reshape(-1, *([1] * (old.dim() - 1))), new, old)

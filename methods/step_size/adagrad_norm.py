@@ -16,8 +16,6 @@ in tests/test_step_size_baselines.py, not against a reference implementation).
 
 from __future__ import annotations
 
-import math
-
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
 from workbench.optim import FlatOptimizer
@@ -25,19 +23,22 @@ from workbench.registry import Reference, register
 
 
 class AdaGradNormOptimizer(FlatOptimizer):
-    """Keeps b_k^2 in ``param_groups[0]["b_sq"]`` so it survives ``state_dict()``."""
+    """Keeps b_k^2 in ``param_groups[0]["b_sq"]`` so it survives ``state_dict()`` (per seed
+    on a seed axis)."""
 
-    def __init__(self, params, eta: float, b0: float):
+    def __init__(self, params, eta: float, b0: float, seeds=None):
         super().__init__(params, {"eta": eta, "b_sq": b0 * b0})
+        self.seeds = seeds
 
     def step(self, closure):
         loss = closure()
         group = self.param_groups[0]
         grads = self._grads()
-        group["b_sq"] += self._norm_sq(grads)
-        step_size = group["eta"] / math.sqrt(group["b_sq"])
-        self._descend(grads, step_size)
-        self.last_step_size = step_size
+        b_sq = self._as_seed_scalar(group["b_sq"]) + self._sq_per_seed(grads)
+        step_size = group["eta"] / b_sq.sqrt()
+        self._descend_per_seed(grads, step_size)
+        group["b_sq"] = self._kept(b_sq)
+        self._report(step_size)
         return loss
 
 
@@ -54,9 +55,10 @@ class AdaGradNorm(StepSizeMethod):
         "github.com/xwuShirley/pytorch (torch/optim/adagradnorm.py)",
     )
     fidelity = "reconstructed"
+    vectorised = True
 
     def step_size_cap(self):
         return self.hp.eta / self.hp.b0
 
     def build(self, params, info):
-        return AdaGradNormOptimizer(params, self.hp.eta, self.hp.b0)
+        return AdaGradNormOptimizer(params, self.hp.eta, self.hp.b0, seeds=info.get("seeds"))

@@ -51,26 +51,26 @@ from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 
-def _distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return math.sqrt(float(sum(torch.sum((u - v) ** 2) for u, v in zip(a, b, strict=True))))
-
-
 class AdGDOptimizer(FlatOptimizer):
-    def __init__(self, params, *, variant, lr0, amplifier, damping, eps):
+    def __init__(self, params, *, variant, lr0, amplifier, damping, eps, seeds=None):
         delta = variant == "delta_sgd"
         defaults = {
             "variant": variant, "amplifier": amplifier, "damping": damping, "eps": eps,
             "lr": lr0, "theta": 1.0 if delta else math.inf, "k": 0,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
 
     def _previous(self, key: str) -> list[torch.Tensor]:
         return [self.state[p][key] for p in self._params()]
 
+    def _distance(self, a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+        return self._sq_per_seed([u - v for u, v in zip(a, b, strict=True)]).sqrt()
+
     def step(self, closure):
         group = self.param_groups[0]
         delta = group["variant"] == "delta_sgd"
-        first = group["k"] == 0
+        first = group["k"] == 0  # all seeds step together
         if delta and not first:
             current = self._snapshot()
             self._set(self._previous("x_prev"))
@@ -81,34 +81,39 @@ class AdGDOptimizer(FlatOptimizer):
         loss = closure()
         with torch.no_grad():
             params, grads = self._snapshot(), self._grads()
+            lr = self._as_seed_scalar(group["lr"])
             if delta or not first:
-                moved = 0.0 if first else _distance(params, self._previous("x_prev"))
-                changed = 0.0 if first else _distance(grads, self._previous("g_prev"))
+                zero = self._as_seed_scalar(0.0)
+                moved = zero if first else self._distance(params, self._previous("x_prev"))
+                changed = zero if first else self._distance(grads, self._previous("g_prev"))
                 rule = self._delta_sgd if delta else self._adgd
-                new_lr = rule(group, moved, changed)
-                group["theta"] = new_lr / group["lr"] if group["lr"] > 0 else math.inf
-                group["lr"] = new_lr
+                new_lr = rule(group, lr, self._as_seed_scalar(group["theta"]), moved, changed)
+                theta = torch.where(lr > 0, new_lr / lr, math.inf)
+                group["theta"] = self._kept(theta)
+                lr = new_lr
+                group["lr"] = self._kept(lr)
             for p, x, g in zip(self._params(), params, grads, strict=True):
                 self.state[p]["x_prev"] = x
                 self.state[p]["g_prev"] = g
-                p.add_(g, alpha=-group["lr"])
+            self._descend_per_seed(grads, lr)
         group["k"] += 1
-        self.last_step_size = group["lr"]
+        self._report(lr)
         return loss
 
     @staticmethod
-    def _adgd(group, moved: float, changed: float) -> float:
-        bound = moved / (2.0 * changed) if moved > 0 and changed > 0 else math.inf
-        growth = math.sqrt(1.0 + group["theta"]) * group["lr"]
-        new_lr = min(growth, bound)
-        return new_lr if math.isfinite(new_lr) else group["lr"]
+    def _adgd(group, lr, theta, moved, changed):
+        informed = (moved > 0) & (changed > 0)
+        bound = torch.where(informed, moved / (2.0 * changed), math.inf)
+        growth = torch.sqrt(1.0 + theta) * lr
+        new_lr = torch.minimum(growth, bound)
+        return torch.where(torch.isfinite(new_lr), new_lr, lr)
 
     @staticmethod
-    def _delta_sgd(group, moved: float, changed: float) -> float:
-        growth = group["lr"] * math.sqrt(1.0 + group["amplifier"] * group["theta"])
-        if moved > 0 and changed > 0:
-            return min(growth, moved / (group["damping"] * changed)) + group["eps"]
-        return growth
+    def _delta_sgd(group, lr, theta, moved, changed):
+        growth = lr * torch.sqrt(1.0 + group["amplifier"] * theta)
+        informed = (moved > 0) & (changed > 0)
+        bounded = torch.minimum(growth, moved / (group["damping"] * changed)) + group["eps"]
+        return torch.where(informed, bounded, growth)
 
 
 @register
@@ -130,6 +135,7 @@ class AdGD(StepSizeMethod):
         "github.com/ymalitsky/adaptive_GD",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     @classmethod
     def requirements(cls, params):
@@ -140,4 +146,5 @@ class AdGD(StepSizeMethod):
         return AdGDOptimizer(
             params, variant=self.hp.variant, lr0=self.hp.delta_lr0 if delta else self.hp.lr0,
             amplifier=self.hp.amplifier, damping=self.hp.damping, eps=self.hp.eps,
+            seeds=info.get("seeds"),
         )

@@ -40,45 +40,57 @@ from workbench.registry import Reference, register
 
 
 class DAdaptSGDOptimizer(FlatOptimizer):
-    def __init__(self, params, *, lr: float, momentum: float, d0: float, growth_rate: float):
+    """On a seed axis ``step`` (the steps taken), ``d``, ``numerator`` and ``g0_norm`` are per
+    seed: a seed waiting for a nonzero first gradient, or whose s_{k+1} is 0, keeps its own."""
+
+    def __init__(self, params, *, lr: float, momentum: float, d0: float, growth_rate: float,
+                 seeds=None):
         defaults = {
             "lr": lr, "momentum": momentum, "growth_rate": growth_rate,
             "d": d0, "numerator": 0.0, "g0_norm": 0.0, "step": 0,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
 
     def _update(self) -> None:
         group = self.param_groups[0]
         params = self._params()
         grads = self._live_grads()
-        if group["step"] == 0:
-            group["g0_norm"] = math.sqrt(self._norm_sq(grads))
-        if group["g0_norm"] == 0:
-            self.last_step_size = 0.0
+        step = self._as_seed_scalar(group["step"])
+        g0_norm = torch.where(step == 0, self._sq_per_seed(grads).sqrt(),
+                              self._as_seed_scalar(group["g0_norm"]))
+        group["g0_norm"] = self._kept(g0_norm)
+        started = g0_norm != 0
+        if not bool(started.any()):
+            self._report(self._as_seed_scalar(0.0))
             return
-        d = group["d"]
-        step_size = group["lr"] * d / group["g0_norm"]
-        numerator = group["numerator"]
+        d = self._as_seed_scalar(group["d"])
+        step_size = torch.where(started, group["lr"] * d / g0_norm, 0.0)
+        numerator = self._as_seed_scalar(group["numerator"])
         for p, g in zip(params, grads, strict=True):
             state = self.state[p]
             if "s" not in state:
                 state["x0"] = p.detach().clone()
                 state["s"] = torch.zeros_like(p)
-            numerator += step_size * float(torch.dot(g.flatten(), state["s"].flatten()))
-            state["s"].add_(g, alpha=step_size)
-        s_norm = math.sqrt(self._norm_sq([self.state[p]["s"] for p in params]))
-        if s_norm == 0:
-            self.last_step_size = 0.0
+            numerator = numerator + step_size * self._sum_per_seed([g * state["s"]])
+            state["s"].add_(g * self._on_param(step_size, p))
+        s_norm = self._sq_per_seed([self.state[p]["s"] for p in params]).sqrt()
+        moving = started & (s_norm != 0)
+        if not bool(moving.any()):
+            self._report(self._as_seed_scalar(0.0))
             return
         d_hat = 2 * numerator / s_norm
-        group["d"] = max(d, min(d_hat, d * group["growth_rate"]))
-        group["numerator"] = numerator
+        new_d = torch.maximum(d, torch.minimum(d_hat, d * group["growth_rate"]))
+        group["d"] = self._kept(torch.where(moving, new_d, d))
+        group["numerator"] = self._kept(
+            torch.where(moving, numerator, self._as_seed_scalar(group["numerator"])))
         beta = group["momentum"]
         for p in params:
             state = self.state[p]
-            p.mul_(beta).add_(state["x0"] - state["s"], alpha=1 - beta)
-        group["step"] += 1
-        self.last_step_size = step_size
+            p.copy_(self._where_per_seed(
+                moving, p * beta + (state["x0"] - state["s"]) * (1 - beta), p))
+        group["step"] = self._kept_count(step + moving.double())
+        self._report(torch.where(moving, step_size, 0.0))
 
 
 @register
@@ -97,7 +109,8 @@ class DAdaptation(StepSizeMethod):
         "github.com/facebookresearch/dadaptation",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     def build(self, params, info):
         return DAdaptSGDOptimizer(params, lr=self.hp.lr, momentum=self.hp.momentum, d0=self.hp.d0,
-                                  growth_rate=self.hp.growth_rate)
+                                  growth_rate=self.hp.growth_rate, seeds=info.get("seeds"))

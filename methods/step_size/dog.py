@@ -20,7 +20,7 @@ sizes in float64 with a step-by-step re-derivation of that implementation's upda
 
 from __future__ import annotations
 
-import math
+import torch
 
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
@@ -29,39 +29,43 @@ from workbench.registry import Reference, register
 
 
 class DoGOptimizer(FlatOptimizer):
-    def __init__(self, params, *, reps_rel: float, lr: float, eps: float, init_eta: float):
+    def __init__(self, params, *, reps_rel: float, lr: float, eps: float, init_eta: float,
+                 seeds=None):
         defaults = {
             "reps_rel": reps_rel, "lr": lr, "eps": eps, "init_eta": init_eta,
             "step": 0, "max_distance": 0.0, "grad_sq_sum": 0.0,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
 
     def _update(self) -> None:
         group = self.param_groups[0]
         params = self._params()
         grads = self._live_grads()
-        first = group["step"] == 0
+        first = group["step"] == 0  # all seeds step together
         if first:
             for p in params:
                 self.state[p]["x0"] = p.detach().clone()
-            r_eps = 0.0 if group["init_eta"] > 0 else group["reps_rel"] * (
-                1.0 + math.sqrt(self._norm_sq(params)))
-            group["max_distance"] = r_eps
-            group["grad_sq_sum"] = group["eps"]
+            if group["init_eta"] > 0:
+                max_distance = self._as_seed_scalar(0.0)
+            else:
+                max_distance = group["reps_rel"] * (1.0 + self._sq_per_seed(params).sqrt())
+            grad_sq_sum = self._as_seed_scalar(group["eps"])
         else:
-            distance = math.sqrt(self._norm_sq([p - self.state[p]["x0"] for p in params]))
-            group["max_distance"] = max(group["max_distance"], distance)
-        group["grad_sq_sum"] += self._norm_sq(grads)
+            distance = self._sq_per_seed([p - self.state[p]["x0"] for p in params]).sqrt()
+            max_distance = torch.maximum(self._as_seed_scalar(group["max_distance"]), distance)
+            grad_sq_sum = self._as_seed_scalar(group["grad_sq_sum"])
+        grad_sq_sum = grad_sq_sum + self._sq_per_seed(grads)
         if first and group["init_eta"] > 0:
-            eta = group["init_eta"]
-        elif group["grad_sq_sum"] > 0:
-            eta = group["lr"] * group["max_distance"] / math.sqrt(group["grad_sq_sum"])
+            eta = self._as_seed_scalar(group["init_eta"])
         else:
-            eta = 0.0
-        for p, g in zip(params, grads, strict=True):
-            p.add_(g, alpha=-eta)
+            eta = torch.where(grad_sq_sum > 0,
+                              group["lr"] * max_distance / grad_sq_sum.sqrt(), 0.0)
+        self._descend_per_seed(grads, eta)
+        group["max_distance"] = self._kept(max_distance)
+        group["grad_sq_sum"] = self._kept(grad_sq_sum)
         group["step"] += 1
-        self.last_step_size = eta
+        self._report(eta)
 
 
 @register
@@ -80,7 +84,8 @@ class DoG(StepSizeMethod):
         "schedule", 2023, "github.com/formll/dog",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     def build(self, params, info):
         return DoGOptimizer(params, reps_rel=self.hp.reps_rel, lr=self.hp.lr, eps=self.hp.eps,
-                            init_eta=self.hp.init_eta)
+                            init_eta=self.hp.init_eta, seeds=info.get("seeds"))

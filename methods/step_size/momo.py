@@ -45,53 +45,64 @@ from workbench.registry import Reference, register
 
 
 class MomoOptimizer(FlatOptimizer):
-    def __init__(self, params, *, lr, beta, lower_bound, bias_correction, use_fstar):
+    def __init__(self, params, *, lr, beta, lower_bound, bias_correction, use_fstar, seeds=None):
         defaults = {
             "lr": lr, "beta": beta, "bias_correction": bias_correction,
-            "use_fstar": use_fstar, "initial_lb": lower_bound, "lb": lower_bound,
+            "use_fstar": use_fstar, "initial_lb": 0.0, "lb": 0.0,
             "k": 0, "loss_avg": 0.0, "grad_dot_x_avg": 0.0,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
+        group = self.param_groups[0]  # the task's bound: a float, or per seed on a seed axis
+        group["initial_lb"] = group["lb"] = self._kept(self._as_seed_scalar(lower_bound))
 
     def step(self, closure):
         loss = closure()
         with torch.no_grad():
-            self._update(float(loss))
+            self._update(loss.detach().double())
         return loss
 
-    def _update(self, value: float) -> None:
+    def _update(self, value: torch.Tensor) -> None:
         group = self.param_groups[0]
         beta, corrected = group["beta"], group["bias_correction"]
         params = self._params()
         grads = self._live_grads()
-        grad_dot_x = float(sum(torch.sum(g * p) for g, p in zip(grads, params, strict=True)))
-        group["k"] += 1
+        grad_dot_x = self._sum_per_seed([g * p for g, p in zip(grads, params, strict=True)])
+        group["k"] += 1  # all seeds step together
         if group["k"] == 1:
-            group["loss_avg"] = 0.0 if corrected else value
-            group["grad_dot_x_avg"] = 0.0 if corrected else grad_dot_x
+            loss_avg = self._as_seed_scalar(0.0) if corrected else value
+            grad_dot_x_avg = self._as_seed_scalar(0.0) if corrected else grad_dot_x
             for p, g in zip(params, grads, strict=True):
                 self.state[p]["grad_avg"] = torch.zeros_like(p) if corrected else g.clone()
-        group["loss_avg"] = beta * group["loss_avg"] + (1.0 - beta) * value
-        group["grad_dot_x_avg"] = beta * group["grad_dot_x_avg"] + (1.0 - beta) * grad_dot_x
+        else:
+            loss_avg = self._as_seed_scalar(group["loss_avg"])
+            grad_dot_x_avg = self._as_seed_scalar(group["grad_dot_x_avg"])
+        loss_avg = beta * loss_avg + (1.0 - beta) * value
+        grad_dot_x_avg = beta * grad_dot_x_avg + (1.0 - beta) * grad_dot_x
         directions = []
         for p, g in zip(params, grads, strict=True):
             d = self.state[p]["grad_avg"]
             d.mul_(beta).add_(g, alpha=1.0 - beta)
             directions.append(d)
         rho = 1.0 - beta ** group["k"] if corrected else 1.0
-        d_dot_x = float(sum(torch.sum(d * p) for d, p in zip(directions, params, strict=True)))
-        d_sq = self._norm_sq(directions)
-        model_value = group["loss_avg"] + d_dot_x - group["grad_dot_x_avg"]
-        if group["use_fstar"] and model_value < rho * group["lb"]:
-            group["lb"] = max(model_value / (2.0 * rho), group["initial_lb"])
-        gap = max(model_value - rho * group["lb"], 0.0)
-        polyak = gap / d_sq if d_sq > 0 else math.inf
-        tau = min(group["lr"] / rho, polyak)
+        d_dot_x = self._sum_per_seed([d * p for d, p in zip(directions, params, strict=True)])
+        d_sq = self._sq_per_seed(directions)
+        model_value = loss_avg + d_dot_x - grad_dot_x_avg
+        lb = self._as_seed_scalar(group["lb"])
+        initial_lb = self._as_seed_scalar(group["initial_lb"])
         if group["use_fstar"]:
-            group["lb"] = max((model_value - 0.5 * tau * d_sq) / rho, group["initial_lb"])
-        for p, d in zip(params, directions, strict=True):
-            p.add_(d, alpha=-tau)
-        self.last_step_size = tau
+            lb = torch.where(model_value < rho * lb,
+                             torch.maximum(model_value / (2.0 * rho), initial_lb), lb)
+        gap = torch.clamp(model_value - rho * lb, min=0.0)
+        polyak = torch.where(d_sq > 0, gap / d_sq, math.inf)
+        tau = torch.clamp(polyak, max=group["lr"] / rho)
+        if group["use_fstar"]:
+            lb = torch.maximum((model_value - 0.5 * tau * d_sq) / rho, initial_lb)
+        self._descend_per_seed(directions, tau)
+        group["loss_avg"] = self._kept(loss_avg)
+        group["grad_dot_x_avg"] = self._kept(grad_dot_x_avg)
+        group["lb"] = self._kept(lb)
+        self._report(tau)
 
 
 @register
@@ -111,12 +122,14 @@ class Momo(StepSizeMethod):
         "github.com/fabian-sp/MoMo",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     def step_size_cap(self):
         return self.hp.lr / (1.0 - self.hp.beta) if self.hp.bias_correction else self.hp.lr
 
     def build(self, params, info):
         return MomoOptimizer(
-            params, lr=self.hp.lr, beta=self.hp.beta, lower_bound=float(info["loss_lower_bound"]),
+            params, lr=self.hp.lr, beta=self.hp.beta, lower_bound=info["loss_lower_bound"],
             bias_correction=self.hp.bias_correction, use_fstar=self.hp.use_fstar,
+            seeds=info.get("seeds"),
         )

@@ -44,8 +44,11 @@ from workbench.registry import Reference, register
 
 
 class ProdigyOptimizer(FlatOptimizer):
+    """On a seed axis ``step`` (the steps taken), ``d``, ``d_max`` and ``numerator`` are per
+    seed: a seed whose ||s_{k+1}||_1 is 0 keeps its own."""
+
     def __init__(self, params, *, lr, beta1, beta2, beta3, eps, d0, d_coef, growth_rate,
-                 use_bias_correction, safeguard_warmup):
+                 use_bias_correction, safeguard_warmup, seeds=None):
         defaults = {
             "lr": lr, "beta1": beta1, "beta2": beta2,
             "beta3": math.sqrt(beta2) if beta3 < 0 else beta3, "eps": eps, "d0": d0,
@@ -54,18 +57,19 @@ class ProdigyOptimizer(FlatOptimizer):
             "d": d0, "d_max": d0, "numerator": 0.0, "step": 0,
         }
         super().__init__(params, defaults)
+        self.seeds = seeds
 
     def _update(self) -> None:
         group = self.param_groups[0]
         beta1, beta2, beta3 = group["beta1"], group["beta2"], group["beta3"]
-        d, d0, k = group["d"], group["d0"], group["step"]
-        bias_correction = 1.0
+        d0 = group["d0"]
+        d, k = self._as_seed_scalar(group["d"]), self._as_seed_scalar(group["step"])
+        bias_correction = self._as_seed_scalar(1.0)
         if group["use_bias_correction"]:
-            bias_correction = math.sqrt(1 - beta2 ** (k + 1)) / (1 - beta1 ** (k + 1))
+            bias_correction = (1 - torch.pow(beta2, k + 1)).sqrt() / (1 - torch.pow(beta1, k + 1))
         step_size = d * group["lr"] * bias_correction
         s_weight = (d / d0) * (d if group["safeguard_warmup"] else step_size)
-        numerator = beta3 * group["numerator"]
-        s_l1 = 0.0
+        numerator = beta3 * self._as_seed_scalar(group["numerator"])
         params = self._params()
         grads = self._live_grads()
         for p, g in zip(params, grads, strict=True):
@@ -76,31 +80,36 @@ class ProdigyOptimizer(FlatOptimizer):
                 state["exp_avg_sq"] = torch.zeros_like(p)
                 if beta1 > 0:
                     state["exp_avg"] = torch.zeros_like(p)
-            numerator += (d / d0) * step_size * float(
-                torch.dot(g.flatten(), (state["x0"] - p).flatten()))
+            numerator = numerator + (d / d0) * step_size * self._sum_per_seed(
+                [g * (state["x0"] - p)])
             if beta1 > 0:
-                state["exp_avg"].mul_(beta1).add_(g, alpha=d * (1 - beta1))
-            state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=d * d * (1 - beta2))
-            state["s"].mul_(beta3).add_(g, alpha=s_weight)
-            s_l1 += float(state["s"].abs().sum())
-        if s_l1 == 0:
-            self.last_step_size = 0.0
+                state["exp_avg"].mul_(beta1).add_(g * self._on_param(d * (1 - beta1), p))
+            state["exp_avg_sq"].mul_(beta2).add_(
+                g * self._on_param(d * d * (1 - beta2), p) * g)
+            state["s"].mul_(beta3).add_(g * self._on_param(s_weight, p))
+        s_l1 = sum(self._sum_per_seed([self.state[p]["s"].abs()]) for p in params)
+        moving = s_l1 != 0
+        if not bool(moving.any()):
+            self._report(self._as_seed_scalar(0.0))
             return
         d_hat = group["d_coef"] * numerator / s_l1
-        if d == d0:
-            d = max(d, d_hat)
-        group["d_max"] = max(group["d_max"], d_hat)
-        d = min(group["d_max"], d * group["growth_rate"])
-        group["d"], group["numerator"] = d, numerator
+        grown = torch.where(d == d0, torch.maximum(d, d_hat), d)
+        d_max = self._as_seed_scalar(group["d_max"])
+        d_max = torch.where(moving, torch.maximum(d_max, d_hat), d_max)
+        d = torch.where(moving, torch.minimum(d_max, grown * group["growth_rate"]), d)
+        group["d"], group["d_max"] = self._kept(d), self._kept(d_max)
+        group["numerator"] = self._kept(
+            torch.where(moving, numerator, self._as_seed_scalar(group["numerator"])))
         for p, g in zip(params, grads, strict=True):
             state = self.state[p]
-            denominator = state["exp_avg_sq"].sqrt().add_(d * group["eps"])
+            denominator = state["exp_avg_sq"].sqrt().add_(self._on_param(d * group["eps"], p))
             if beta1 > 0:
-                p.addcdiv_(state["exp_avg"], denominator, value=-step_size)
+                moved = p - state["exp_avg"] * self._on_param(step_size, p) / denominator
             else:
-                p.addcdiv_(g, denominator, value=-step_size * d)
-        group["step"] = k + 1
-        self.last_step_size = step_size
+                moved = p - g * self._on_param(step_size * d, p) / denominator
+            p.copy_(self._where_per_seed(moving, moved, p))
+        group["step"] = self._kept_count(k + moving.double())
+        self._report(torch.where(moving, step_size, 0.0))
 
 
 @register
@@ -125,11 +134,12 @@ class Prodigy(StepSizeMethod):
         "github.com/konstmish/prodigy",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     def build(self, params, info):
         return ProdigyOptimizer(
             params, lr=self.hp.lr, beta1=self.hp.beta1, beta2=self.hp.beta2, beta3=self.hp.beta3,
             eps=self.hp.eps, d0=self.hp.d0, d_coef=self.hp.d_coef, growth_rate=self.hp.growth_rate,
             use_bias_correction=self.hp.use_bias_correction,
-            safeguard_warmup=self.hp.safeguard_warmup,
+            safeguard_warmup=self.hp.safeguard_warmup, seeds=info.get("seeds"),
         )

@@ -112,6 +112,7 @@ class ScheduleFreeSGD(StepSizeMethod):
         "github.com/facebookresearch/schedule_free",
     )
     fidelity = "reference-checked"
+    vectorised = True  # element-wise, its scalars follow the step count: exact on a seed axis
 
     def step_size_cap(self):
         return self.hp.lr
