@@ -22,9 +22,11 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
+from torch.func import vmap
 
 from workbench import seeds
 from workbench.budget import Budget, LogFn
@@ -42,6 +44,33 @@ class Pure:
     data: tuple[torch.Tensor, ...]
     loss: Callable[..., torch.Tensor]
     metrics: Callable[..., dict[str, torch.Tensor]]
+    # metrics logged every ``every`` steps only (step 0 included), e.g. validation
+    occasional: Callable[..., dict[str, torch.Tensor]] | None = None
+    every: int = 1
+    # formulas of one seed's tensors only (a module's forward): mapped with torch.func.vmap
+    # over a seed axis instead of called on the stacked tensors
+    one_seed: bool = False
+
+    def evaluate(self, variables: list[torch.Tensor], step: int) -> dict[str, torch.Tensor]:
+        """The metrics logged at ``step`` (the occasional ones every ``every`` steps)."""
+        metrics = dict(self.metrics(variables, self.data))
+        if self.occasional is not None and step % self.every == 0:
+            metrics.update(self.occasional(variables, self.data))
+        return metrics
+
+    def on_seed_axis(self, data: tuple[torch.Tensor, ...]) -> Pure:
+        """These formulas over stacked ``data`` (a leading seed axis), mapped where they take
+        one seed's tensors only."""
+        if not self.one_seed:
+            return Pure(data, self.loss, self.metrics, self.occasional, self.every)
+
+        def loss(variables, data, idx):
+            if idx is None:
+                return vmap(partial(self.loss, idx=None))(variables, data)
+            return vmap(self.loss)(variables, data, idx)
+
+        occasional = None if self.occasional is None else vmap(self.occasional)
+        return Pure(data, loss, vmap(self.metrics), occasional, self.every)
 
 
 @dataclass
@@ -63,9 +92,17 @@ class Problem:
     pure: Pure | None = None  # the same formulas, pure: the problem can run on a seed axis
 
 
+def grad_sq_per_seed(variables: list[torch.Tensor], n_seeds: int) -> torch.Tensor:
+    """||grad||^2 of each seed's variables (float64, shape (n_seeds,)); one seed: n_seeds=1."""
+    return sum((v.grad * v.grad).reshape(n_seeds, -1).sum(dim=1).double() for v in variables)
+
+
 def matvec(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """a @ x over leading axes: a (..., n, d), x (..., d) -> (..., n)."""
-    return (a @ x.unsqueeze(-1)).squeeze(-1)
+    """a @ x over leading axes: a (..., n, d), x (..., d) -> (..., n), as an element-wise
+    product summed over d (and, backwards, over n): every row is reduced alone, so a seed's
+    result does not depend on how many seeds share the call (a batched matmul's does, in the
+    last bits)."""
+    return (a * x.unsqueeze(-2)).sum(-1)
 
 
 def rows(idx: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -83,12 +120,26 @@ def pure_problem(variables: list[torch.Tensor], n_samples: int, pure: Pure,
                  info: dict[str, Any], **extra: Any) -> Problem:
     """The ``Problem`` whose loss and metrics are ``pure``'s on ``variables`` (one seed)."""
 
+    # formulas over leading axes see this seed on a seed axis of one, so that every reduction
+    # runs as it does on a seed axis of S (row by row): a seed's numbers are the same bits
+    one = pure if pure.one_seed else pure.on_seed_axis(tuple(t.unsqueeze(0) for t in pure.data))
+
+    def lifted() -> list[torch.Tensor]:
+        return variables if pure.one_seed else [v.unsqueeze(0) for v in variables]
+
     def batch_loss(idx):
-        return pure.loss(variables, pure.data, idx)
+        if pure.one_seed:
+            return pure.loss(variables, pure.data, idx)
+        return one.loss(lifted(), one.data, None if idx is None else idx.unsqueeze(0))[0]
+
+    evaluations = 0
 
     @torch.no_grad()
     def evaluate():
-        return {key: float(value) for key, value in pure.metrics(variables, pure.data).items()}
+        nonlocal evaluations
+        metrics = one.evaluate(lifted(), evaluations)
+        evaluations += 1
+        return {key: float(value.reshape(-1)[0]) for key, value in metrics.items()}
 
     return Problem(variables, n_samples, batch_loss, evaluate, info, pure=pure, **extra)
 
@@ -251,7 +302,7 @@ def train(
         step_stats.clear()
         started = time.perf_counter()
         batch_loss = float(optimizer.step(closure))
-        grad_sq = sum(float(torch.sum(v.grad**2)) for v in problem.variables)
+        grad_sq = float(grad_sq_per_seed(problem.variables, 1)[0])
         if batch_method is not None:
             size = slot.after_step(step, loss=batch_loss, grad_sq=grad_sq, batch_size=used,
                                    samples=samples + used, extra=step_stats)

@@ -10,8 +10,10 @@ per-pixel mean and std. Models (float32):
 
 Weights use PyTorch's default initialisation, drawn from the run's seed. Each logged step
 evaluates loss and accuracy on the full train and validation sets (every ``eval_every``
-steps for the validation set; ``train/loss`` is always logged). Per-sample gradients go
-through ``torch.func.functional_call`` over the parameters in ``model.parameters()`` order.
+steps for the validation set; ``train/loss`` is always logged). Losses, metrics and per-sample
+gradients go through ``torch.func.functional_call`` over the parameters in
+``model.parameters()`` order; on a seed axis (``run_seeds``) the S seeds' networks are
+stacked and those formulas mapped with ``torch.func.vmap``, an ensemble of S models.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from torch import nn
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation import datasets
-from workbench.testbeds.optimisation.loop import Problem, batches_per_epoch, train
+from workbench.testbeds.optimisation.loop import (
+    Problem,
+    Pure,
+    batches_per_epoch,
+    pure_problem,
+    train,
+)
+from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 N_CLASSES = 10
 
@@ -89,34 +98,31 @@ def build_problem(params: MLPParams, seed: int, device: torch.device,
     names = [name for name, _ in model.named_parameters()]
     variables = list(model.parameters())
 
-    def batch_loss(idx):
-        xb, yb = (x_train, y_train) if idx is None else (x_train[idx], y_train[idx])
-        return F.cross_entropy(model(xb), yb)
+    def forward(params_list, x):
+        return torch.func.functional_call(model, dict(zip(names, params_list, strict=True)),
+                                          (x,))
+
+    def loss(params_list, data, idx):
+        xs, ys = data[0], data[1]
+        xb, yb = (xs, ys) if idx is None else (xs[idx], ys[idx])
+        return F.cross_entropy(forward(params_list, xb), yb)
+
+    def scores(params_list, x, y, split):
+        logits = forward(params_list, x)
+        return {f"{split}/loss": F.cross_entropy(logits, y),
+                f"{split}/accuracy": (logits.argmax(1) == y).float().mean()}
 
     def sample_loss(params_list, xi, yi):
-        logits = torch.func.functional_call(model, dict(zip(names, params_list, strict=True)),
-                                            (xi.unsqueeze(0),))
-        return F.cross_entropy(logits, yi.unsqueeze(0))
+        return F.cross_entropy(forward(params_list, xi.unsqueeze(0)), yi.unsqueeze(0))
 
-    evaluations = 0
-
-    @torch.no_grad()
-    def evaluate():
-        nonlocal evaluations
-        logits = model(x_train)
-        metrics = {"train/loss": float(F.cross_entropy(logits, y_train)),
-                   "train/accuracy": float((logits.argmax(1) == y_train).float().mean())}
-        if evaluations % params.eval_every == 0:
-            logits = model(x_val)
-            metrics["val/loss"] = float(F.cross_entropy(logits, y_val))
-            metrics["val/accuracy"] = float((logits.argmax(1) == y_val).float().mean())
-        evaluations += 1
-        return metrics
-
+    pure = Pure((x_train, y_train, x_val, y_val), loss,
+                lambda p, data: scores(p, data[0], data[1], "train"),
+                occasional=lambda p, data: scores(p, data[2], data[3], "val"),
+                every=params.eval_every, one_seed=True)
     info = {"loss_lower_bound": 0.0, "total_steps": total_steps,
             "batches_per_epoch": batches_per_epoch(len(y_train), params.batch_size)}
-    return Problem(variables, len(y_train), batch_loss, evaluate, info,
-                   sample_loss=sample_loss, data=(x_train, y_train))
+    return pure_problem(variables, len(y_train), pure, info, sample_loss=sample_loss,
+                        data=(x_train, y_train))
 
 
 class MLP(Task):
@@ -136,3 +142,9 @@ class MLP(Task):
         optimizer = methods["step_size"].build(problem.variables, problem.info)
         return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
                      seed=seed, device=device, log=log, batch_method=methods.get("batch_size"))
+
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+        return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
+                           budget=budget, seeds=seeds, device=device, log=log,
+                           batch_method=methods.get("batch_size"))

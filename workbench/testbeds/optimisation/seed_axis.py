@@ -22,7 +22,13 @@ import torch
 
 from workbench.budget import Budget, SeedsLogFn
 from workbench.families import BatchSlot, seed_axis_info, step_sizes_taken
-from workbench.testbeds.optimisation.loop import Batches, Problem, Target, step_metrics
+from workbench.testbeds.optimisation.loop import (
+    Batches,
+    Problem,
+    Target,
+    grad_sq_per_seed,
+    step_metrics,
+)
 
 
 def _stacked(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -40,10 +46,12 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     """``loop.train`` for every problem (seed ``seeds[i]``'s) at once; each seed's final
     metrics. The problems must carry their ``Pure`` formulas."""
     n_seeds = len(problems)
-    pure = problems[0].pure
+    first = problems[0].pure
     variables = [_stacked([p.variables[k] for p in problems]).requires_grad_(True)
                  for k in range(len(problems[0].variables))]
-    data = tuple(_stacked([p.pure.data[j] for p in problems]) for j in range(len(pure.data)))
+    pure = first.on_seed_axis(tuple(_stacked([p.pure.data[j] for p in problems])
+                                    for j in range(len(first.data))))
+    data = pure.data
     optimizer = step_method.build(variables, seed_axis_info([p.info for p in problems]))
     n_samples = problems[0].n_samples
     streams = [Batches(p.n_samples, seed, device) for p, seed in zip(problems, seeds, strict=True)]
@@ -77,7 +85,7 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
 
     def record(step: int, extra: list[dict[str, float]]) -> list[dict[str, float] | None]:
         with torch.no_grad():
-            evaluated = pure.metrics(variables, data)
+            evaluated = pure.evaluate(variables, step)
         names = list(evaluated)
         table = torch.stack([evaluated[k].double() for k in names], dim=1).tolist()
         counts = torch.stack([grad_evals, loss_evals], dim=1).tolist()
@@ -103,8 +111,7 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
         used = n_samples if batch is None else batch.shape[1]
         started = time.perf_counter()
         batch_losses = optimizer.step(closure).detach().double()
-        grad_sq = sum(((v.grad * v.grad).reshape(n_seeds, -1).sum(dim=1)).double()
-                      for v in variables)
+        grad_sq = grad_sq_per_seed(variables, n_seeds)
         first = int(torch.nonzero(live)[0])
         if batch_method is not None:  # a schedule: its sizes never read a seed's statistics
             size = slot.after_step(step, loss=float(batch_losses[first]),
