@@ -27,7 +27,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
 from workbench import seeds
-from workbench.testbeds.base import Task, TaskParams
+from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.loop import (
     Problem,
@@ -41,7 +41,7 @@ from workbench.testbeds.optimisation.seed_axis import train_seeds
 N_CLASSES = 10
 
 
-class MLPParams(TaskParams):
+class MLPParams(OneThreadParams):
     model: Literal["mlp", "cnn"] = "mlp"
     width: int = Field(64, ge=4, le=4096, description="hidden units (cnn: 4x the first "
                                                        "layer's channels)")
@@ -138,13 +138,16 @@ class MLP(Task):
     default_objective = "train/loss"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        problem = build_problem(params, seed, device, budget.steps)
-        optimizer = methods["step_size"].build(problem.variables, problem.info)
-        return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                     seed=seed, device=device, log=log, batch_method=methods.get("batch_size"))
+        with cpu_threads(device, params.cpu_threads):
+            problem = build_problem(params, seed, device, budget.steps)
+            optimizer = methods["step_size"].build(problem.variables, problem.info)
+            return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
+                         seed=seed, device=device, log=log,
+                         batch_method=methods.get("batch_size"))
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
-        problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
-        return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
-                           budget=budget, seeds=seeds, device=device, log=log,
-                           batch_method=methods.get("batch_size"))
+        with cpu_threads(device, params.cpu_threads):
+            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
+                               budget=budget, seeds=seeds, device=device, log=log,
+                               batch_method=methods.get("batch_size"))
