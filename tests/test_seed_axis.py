@@ -11,14 +11,17 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from workbench import registry, spec
+from workbench import engine, registry, spec
 from workbench.budget import Budget
-from workbench.families import ContractViolation, check
+from workbench.families import ContractViolation, StepSizeMethod, check
 from workbench.families.batch_size import check_configuration as check_batch_size
 from workbench.families.step_size import check_configuration as check_step_size
+from workbench.registry import _REGISTRY, Reference, register
 from workbench.testbeds import get_task
 
 CPU = torch.device("cpu")
@@ -302,3 +305,83 @@ def test_a_sweep_gives_the_same_runs_and_trial_values_in_both_modes(tmp_path, wr
     assert seq.keys() == vec.keys() and len(seq) > 3 * 3 * 3 * 21 * 5
     timed = [k for k in seq if k[1] in UNTIMED]
     assert all(close(seq[k], vec[k]) for k in seq.keys() - set(timed))
+
+
+# the engine around a seed axis: pruning, divergence, a raising method ------------------------
+
+def load_spec(write, tmp_path, **overrides):
+    path = write(tiny_spec(storage=f"sqlite:///{tmp_path / 'store.db'}",
+                           execution={"seeds": "vectorised"}, **overrides))
+    return spec.load(path)
+
+
+def seed_runs(client, trial_run_id):
+    experiment = client.get_run(trial_run_id).info.experiment_id
+    return client.search_runs([experiment],
+                              f"tags.`mlflow.parentRunId` = '{trial_run_id}'")
+
+
+def test_the_median_pruner_sees_one_value_per_report_point_over_the_seeds(write_spec,
+                                                                          tmp_path):
+    sweep = load_spec(
+        write_spec, tmp_path, trials=12, seeds=3,
+        methods={"step_size": [{"name": "constant",
+                                "search_space": {"lr": {"low": 1e-4, "high": 3.0,
+                                                        "log": True}}}]},
+        pruner={"name": "median", "startup_trials": 2, "report_points": 5})
+    (status,) = engine.run_sweep(sweep, device="cpu")
+    study = optuna.load_study(study_name=status.name, storage=sweep.storage)
+    assert status.finished == 12 and status.pruned >= 1
+    complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    assert sorted(complete[0].intermediate_values) == [0, 1, 2, 3, 4]  # not per seed
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    for trial in study.get_trials():
+        runs = seed_runs(client, trial.user_attrs["mlflow_run_id"])
+        assert len(runs) == 3  # every seed its own run, pruned or not
+        want = "FINISHED" if trial.state == TrialState.COMPLETE else "KILLED"
+        assert {r.info.status for r in runs} == {want}
+
+
+def test_a_diverging_seed_axis_prunes_its_trial_with_the_reason(write_spec, tmp_path):
+    sweep = load_spec(
+        write_spec, tmp_path,
+        task={"name": "quadratic", "params": {"dim": 5, "condition_number": 10}},
+        methods={"step_size": [{"name": "constant", "fixed": {"lr": 50.0}}]},
+        budget={"steps": 2000})
+    (status,) = engine.run_sweep(sweep, device="cpu")
+    assert status.pruned == 1 and status.complete == 0
+    trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
+    assert trial.user_attrs["prune_reason"] == "diverged"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+    runs = seed_runs(client, trial.user_attrs["mlflow_run_id"])
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}
+    assert {r.data.tags["workbench.prune_reason"] for r in runs} == {"diverged"}
+    for run in runs:
+        assert len(client.get_metric_history(run.info.run_id, "train/suboptimality")) < 20
+
+
+def test_a_raising_method_fails_the_trial_and_every_seed_run(write_spec, tmp_path):
+    @register
+    class RaisesOnTheAxis(StepSizeMethod):
+        name = "raises_on_the_axis"
+        reference = Reference("a deliberately broken method", 2026)
+        fidelity = "reconstructed"
+        vectorised = True
+
+        def build(self, params, info):
+            raise RuntimeError("boom on the seed axis")
+
+    try:
+        sweep = load_spec(write_spec, tmp_path, methods={"step_size": ["raises_on_the_axis"]},
+                          max_failed_trials=1)
+        (status,) = engine.run_sweep(sweep, device="cpu")
+        assert status.failed == 1
+        trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
+        client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")
+        assert client.get_run(trial.user_attrs["mlflow_run_id"]).info.status == "FAILED"
+        runs = seed_runs(client, trial.user_attrs["mlflow_run_id"])
+        assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
+        assert all("boom on the seed axis" in r.data.tags["workbench.fail_reason"]
+                   for r in runs)
+    finally:
+        del _REGISTRY[("step_size", "raises_on_the_axis")]
