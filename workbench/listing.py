@@ -25,6 +25,7 @@ def method_detail(cls) -> dict[str, Any]:
     return {"name": cls.name, "family": cls.family, "fidelity": cls.fidelity,
             "key": cls.key(), "paper": f"{cls.reference.paper} ({cls.reference.year})",
             "reference": str(cls.reference), "requires": sorted(cls.requires),
+            "vectorised": bool(cls.vectorised),
             "doc": (cls.__doc__ or "").strip() or None,
             "module": cls.__module__,
             "hyperparameters": {
@@ -48,6 +49,9 @@ def method_text(detail: dict[str, Any]) -> str:
                                                                    detail["reference"])]
     if detail["requires"]:
         lines += _wrapped("requires", ", ".join(detail["requires"]))
+    lines += _wrapped("seed axis", "yes: runs a trial's seeds as one computation "
+                      "(execution: {seeds: vectorised})" if detail["vectorised"]
+                      else "no: its trials run their seeds one after another")
     lines += _wrapped("module", detail["module"])
     if detail["doc"]:
         lines += ["", *textwrap.wrap(" ".join(detail["doc"].split()), WIDTH)]
@@ -87,6 +91,7 @@ def task_detail(task) -> dict[str, Any]:
             "defaults": dict(task.default_methods),
             "provides": sorted(task.provides), "metrics": dict(task.metrics),
             "objective": task.default_objective, "module": task.__module__,
+            "seed_axis": task.runs_seeds_together(),
             "parameters": {name: _field(field)
                            for name, field in task.Params.model_fields.items()}}
 
@@ -105,6 +110,9 @@ def task_text(detail: dict[str, Any]) -> str:
     lines += _wrapped("provides", ", ".join(detail["provides"]) or "—")
     lines += _wrapped("metrics", ", ".join(f"{k} ({v})" for k, v in detail["metrics"].items()))
     lines += _wrapped("objective", f"{detail['objective']} by default")
+    lines += _wrapped("seed axis", "yes: execution: {seeds: vectorised} runs a trial's seeds as "
+                      "one computation" if detail["seed_axis"]
+                      else "no: a trial runs its seeds one after another")
     lines += ["", "parameters:"]
     for name, p in detail["parameters"].items():
         bounds = f"; {p['bounds']}" if p["bounds"] else ""
