@@ -8,13 +8,20 @@ from tqdm import tqdm
 
 
 class SweepProgress:
-    """Called with the studies' status after every trial (or every second with workers)."""
+    """Called with the studies' status after every trial (or every second with workers) while
+    the bar shows it; with ``quiet`` only once, at the end (``live`` is False: the engine then
+    reads no status in between)."""
 
     def __init__(self, sweep, quiet: bool = False):
         self.sweep = sweep
         total = sum(plan.n_trials for plan in sweep.studies)
         self.bar = None if quiet else tqdm(total=total, unit="trial", file=sys.stderr,
                                            desc=sweep.name, dynamic_ncols=True)
+
+    @property
+    def live(self) -> bool:
+        """Whether it shows the status as the sweep runs (else only the final one matters)."""
+        return self.bar is not None
 
     def __call__(self, statuses) -> None:
         if self.bar is None:

@@ -181,6 +181,14 @@ class Store:
                 heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
             )
 
+    def worker_storage(self):
+        """The Optuna storage a sweep worker claims and runs trials through: Optuna's cached
+        storage with a trial's intermediate values written in one commit when it ends and
+        finished trials re-read only when there are more (``workbench.store_optuna``)."""
+        from workbench.store_optuna import WorkerStorage
+
+        return WorkerStorage(self.optuna_storage())
+
     def mlflow_client(self):
         from mlflow.tracking import MlflowClient
 

@@ -24,7 +24,7 @@ import platform
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -78,6 +78,8 @@ class Claims:
     store: Store
     storage: optuna.storages.BaseStorage
     client: object  # an MlflowClient
+    # study id -> its failed trials when this worker last searched its RUNNING runs
+    _failed_seen: dict = field(default_factory=dict, init=False, repr=False)
 
     def claim(self, study: optuna.Study, plan: StudyPlan) -> optuna.Trial | None:
         """A new trial of ``study`` owned by this process, or None when none is left."""
@@ -146,13 +148,18 @@ class Claims:
             self._close_orphans(study, study.get_trials(deepcopy=False))
 
     def _clean_up(self, study: optuna.Study) -> list:
-        """Fail dead trials, end the runs they left, queue retries; the trials after that."""
+        """Fail dead trials, end the runs they left, queue retries; the trials after that.
+
+        The trials are read again only after a step changed them (a dead trial failed, a
+        crashed one queued), so a claim with nothing to repair reads them once."""
         optuna.storages.fail_stale_trials(study)
-        self._fail_dead_trials(study.get_trials(deepcopy=False))
         trials = study.get_trials(deepcopy=False)
+        if self._fail_dead_trials(trials):
+            trials = study.get_trials(deepcopy=False)
         self._close_orphans(study, trials)
-        self._retry_crashed(study, trials)
-        return study.get_trials(deepcopy=False)
+        if self._retry_crashed(study, trials):
+            trials = study.get_trials(deepcopy=False)
+        return trials
 
     def _may_claim(self, plan: StudyPlan, trials) -> bool:
         """Fewer finished plus running trials than the study asks for, and failures left.
@@ -168,38 +175,56 @@ class Claims:
             return False
         return raised == 0 or raised + running < limit
 
-    def _fail_dead_trials(self, trials) -> None:
-        """Fail each RUNNING trial whose worker is gone (called under the claim lock)."""
+    def _fail_dead_trials(self, trials) -> bool:
+        """Fail each RUNNING trial whose worker is gone (called under the claim lock); whether
+        any was."""
+        found = False
         for t in trials:
             if t.state == TrialState.RUNNING and not may_be_running(t.user_attrs.get("worker")):
+                found = True
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                     self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        return found
 
-    def _retry_crashed(self, study, trials) -> None:
+    def _retry_crashed(self, study, trials) -> bool:
         """Queue the parameters of a trial whose worker died (not one whose method raised)
-        again, once, when the spec says so (``retry_crashed``)."""
+        again, once, when the spec says so (``retry_crashed``); whether any was queued."""
         if not self.sweep.spec.retry_crashed:
-            return
-        marks = study.user_attrs
-        for t in trials:
-            if (t.state == TrialState.FAIL and "fail_reason" not in t.user_attrs
-                    and f"retried.{t.number}" not in marks and t.params):
+            return False
+        crashed = [t for t in trials if t.state == TrialState.FAIL
+                   and "fail_reason" not in t.user_attrs and t.params]
+        if not crashed:
+            return False  # no study attributes to read
+        marks, queued = study.user_attrs, False
+        for t in crashed:
+            if f"retried.{t.number}" not in marks:
                 study.enqueue_trial(t.params, user_attrs={"retry_of": t.number},
                                     skip_if_exists=False)
                 study.set_user_attr(f"retried.{t.number}", True)
+                queued = True
+        return queued
 
     def _close_orphans(self, study, trials) -> None:
         """Make the MLflow runs of finished trials agree with them, whatever a kill left: a
         run still RUNNING takes its trial's status; the trial run of a trial whose worker died
         is FAILED, even one that ended before the trial was told."""
-        by_number = {t.number: t for t in trials}
-        for run in self._running_runs(study):
-            trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
-            if trial is not None and trial.state.is_finished():
-                self._end_like(run.info.run_id, trial)
+        # A trial ends its runs before it is told, so only a failed trial (a kill, a raise) can
+        # leave a run RUNNING: the runs are searched at this worker's first claim of the study
+        # and again each time the study has more failed trials, not at every claim
+        failed = sum(t.state == TrialState.FAIL for t in trials)
+        if self._failed_seen.get(study._study_id) != failed:
+            by_number = {t.number: t for t in trials}
+            for run in self._running_runs(study):
+                trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
+                if trial is not None and trial.state.is_finished():
+                    self._end_like(run.info.run_id, trial)
+            self._failed_seen[study._study_id] = failed
+        died = [t for t in trials if worker_died(t)]
+        if not died:
+            return
         marks = study.user_attrs  # finished trials cannot take attributes: the study keeps them
-        for t in trials:
-            if worker_died(t) and f"closed.{t.number}" not in marks:
+        for t in died:
+            if f"closed.{t.number}" not in marks:
                 run_id = t.user_attrs.get("mlflow_run_id")
                 if run_id and self.client.get_run(run_id).info.status != runs.FAILED:
                     self._end_like(run_id, t)

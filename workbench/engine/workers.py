@@ -61,7 +61,7 @@ class Worker:
     held_out: list[int] = field(default_factory=list)  # seeds to evaluate best trials on
 
     def run(self) -> None:
-        storage = self.store.optuna_storage()
+        storage = self.store.worker_storage()
         client = self.store.mlflow_client()
         claims = Claims(self.sweep, self.store, storage, client)
         experiment_id = client.get_experiment_by_name(self.sweep.name).experiment_id
@@ -142,8 +142,12 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
             if name in existing:
                 claims.repair(name)
 
+    # the status reads every trial of every study: only for a progress that shows it as the
+    # sweep runs (not `--quiet`), else once at the end
+    live = progress is not None and getattr(progress, "live", True)
+
     def refresh() -> None:
-        if progress:
+        if live:
             progress(study_status(sweep, store))
 
     refresh()
@@ -152,7 +156,8 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
     def work(held_out: list[int]) -> None:
         if workers == 1:
             torch.set_num_threads(threads)
-            Worker(sweep, store, resolved, 0, on_trial_end=refresh, held_out=held_out).run()
+            Worker(sweep, store, resolved, 0, on_trial_end=refresh if live else None,
+                   held_out=held_out).run()
             return
         context = multiprocessing.get_context("spawn")
         procs = [context.Process(target=_worker_main,
@@ -166,7 +171,7 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
             # zombie would still look alive to the claim protocol's liveness check
             while any([p.is_alive() for p in procs]):
                 time.sleep(1.0)
-                refresh()
+                refresh()  # nothing read when not live
         finally:
             for proc in procs:
                 proc.join()
