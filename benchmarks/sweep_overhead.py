@@ -12,7 +12,8 @@ user + system, from ``resource.getrusage(RUSAGE_CHILDREN)``, and wall seconds):
 2. **the floor**: the same task code's training steps run bare in one process: every seed run
    the sweep ran, with the hyperparameters its trial drew, each stopped at the step where the
    sweep's run stopped (a pruned run at its pruning point), no Optuna, no MLflow: only
-   ``Task.run`` with the registered methods and a ``log`` that keeps nothing
+   ``Task.run`` with the registered methods and a ``log`` that keeps nothing, or, for a study
+   that ran its seeds on a seed axis, one ``Task.run_seeds`` per trial
    (``--floor PLAN`` runs this part);
 3. **(b)**: ``benchmarks/handwritten_optuna_mlflow.py``, a hand-written Optuna + MLflow
    script of the same trials (enqueued with the sweep's hyperparameters), the same seeds and
@@ -114,6 +115,7 @@ def plan_of(spec_path: Path, storage: str) -> dict:
                                               "params": m.params}
                                        for slot, m in methods.items()}})
         studies.append({"name": plan.name, "label": plan.label, "trials": trials,
+                        "vectorised": plan.vectorised,
                         "space": {k: optuna.distributions.distribution_to_json(d)
                                   for k, d in plan.search_space().items()}})
     spec_ = sweep.spec
@@ -129,6 +131,31 @@ def plan_of(spec_path: Path, storage: str) -> dict:
 
 class Stop(Exception):
     """Ends a seed run at the step where the sweep's run stopped."""
+
+
+def together(task_cls, params, budget, trial) -> int:
+    """A vectorised trial's seed runs as the sweep ran them: one ``Task.run_seeds``, stopped
+    where its seeds stopped (a pruned trial stops them all at one step)."""
+    import torch
+
+    from workbench import registry, seeds
+
+    methods = {slot: registry.get(m["family"], m["name"])(**m["params"])
+               for slot, m in trial["methods"].items()}
+    stops = [entry["stop_at"] for entry in trial["seeds"]]
+    stop_at = None if any(s is None for s in stops) else max(stops)
+
+    def log(step, per_seed):
+        if stop_at is not None and step >= stop_at:
+            raise Stop
+
+    torch.manual_seed(seeds.int_seed(trial["seeds"][0]["seed"], "global"))
+    try:
+        task_cls().run_seeds(params, methods, seeds=[e["seed"] for e in trial["seeds"]],
+                             device=torch.device("cpu"), budget=budget, log=log)
+    except Stop:
+        pass
+    return len(trial["seeds"])
 
 
 def floor(plan_path: str) -> None:
@@ -147,6 +174,9 @@ def floor(plan_path: str) -> None:
     runs = 0
     for study in plan["studies"]:
         for trial in study["trials"]:
+            if study["vectorised"] and trial["seeds"]:  # the seeds as one computation
+                runs += together(task_cls, params, budget, trial)
+                continue
             for entry in trial["seeds"]:
                 methods = {slot: registry.get(m["family"], m["name"])(**m["params"])
                            for slot, m in trial["methods"].items()}

@@ -578,8 +578,8 @@ def rl_contract(monkeypatch):
     original = families.step_size._quadratic
 
     def with_return_bound(seed=0):
-        params, closure, calls, info = original(seed)
-        return params, closure, calls, dict(info, return_upper_bound=500.0)
+        params, closure, calls, info, *pure = original(seed)
+        return params, closure, calls, dict(info, return_upper_bound=500.0), *pure
 
     monkeypatch.setattr(families.step_size, "_quadratic", with_return_bound)
     assert {"rl_stats", "return_upper_bound"} <= families.step_size.REQUIRABLE.keys()
