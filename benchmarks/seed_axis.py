@@ -6,6 +6,11 @@
    seed at every step, nothing written). Target: >= 5x.
    The same for one trial of the MLP on the digits (width 64, minibatch 64), S networks
    trained as an ensemble (``torch.func.vmap`` over ``functional_call``).
+   Control: PPO on CartPole (the task's defaults, T = 32 steps per update) with 8 seeds x
+   N = 1,024 environments in one ``run_seeds`` against one seed's ``run`` at N = 1,024: total
+   environment steps per second (target >= 3x), and against the CleanRL-style loop of
+   ``benchmarks/control_ppo.py`` (one seed, N = 4; target >= 40x); the same at N = 8, where
+   per-operation overhead rather than arithmetic sets the pace.
 2. The thread default: the vectorised trial with one torch thread against two (the
    optimisation testbeds' default is one per worker).
 3. Memory: the peak RSS of a vectorised trial of S seeds and of one seed, each in a fresh
@@ -17,7 +22,7 @@
 
 Usage::
 
-    python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--sweeps]
+    python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--control-updates 8] [--sweeps]
 """
 
 from __future__ import annotations
@@ -76,6 +81,39 @@ def vectorised(name: str, seeds: list[int], steps: int, device: torch.device,
     return time.perf_counter() - started
 
 
+def control_steps_per_second(n_seeds: int, num_envs: int, updates: int,
+                             horizon: int = 32) -> float:
+    """Environment steps per second, all seeds together, of PPO on CartPole: ``run`` for one
+    seed, ``run_seeds`` for more."""
+    task = get_task("cartpole")
+    params = task.Params(num_envs=num_envs, rollout_len=horizon)
+    chosen = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    cpu, budget = torch.device("cpu"), Budget(steps=updates)
+    started = time.perf_counter()
+    if n_seeds == 1:
+        task().run(params, chosen, seed=0, device=cpu, budget=budget, log=lambda s, m: None)
+    else:
+        task().run_seeds(params, chosen, seeds=list(range(n_seeds)), device=cpu, budget=budget,
+                         log=lambda s, m: None)
+    return n_seeds * num_envs * horizon * updates / (time.perf_counter() - started)
+
+
+def control(updates: int) -> None:
+    if str(ROOT) not in sys.path:  # run as a script: the repository root is not on the path
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.control_ppo import cleanrl_style_steps_per_second
+
+    control_steps_per_second(2, 8, 2)  # warm-up
+    baseline = cleanrl_style_steps_per_second(16_384)
+    for num_envs, n_updates in ((1024, updates), (8, 4 * updates)):
+        one = control_steps_per_second(1, num_envs, n_updates)
+        eight = control_steps_per_second(8, num_envs, n_updates)
+        print(f"   control PPO, N = {num_envs}: 1 seed {one:9.0f} steps/s, 8 seeds {eight:9.0f} "
+              f"steps/s in all: {eight / one:5.2f}x one seed"
+              + (f", {eight / baseline:5.1f}x the CleanRL-style loop ({baseline:.0f} steps/s)"
+                 if num_envs == 1024 else ""))
+
+
 def peak_rss_mib(n_seeds: int, steps: int) -> float:
     """Peak RSS of a fresh process that runs one vectorised trial of ``n_seeds`` seeds."""
     code = (f"import resource, torch, sys; sys.path.insert(0, {str(ROOT)!r}); "
@@ -107,6 +145,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--sweeps", action="store_true", help="also time the quickstart sweep")
+    parser.add_argument("--control-updates", type=int, default=8,
+                        help="PPO updates per control measurement (N = 8: four times more)")
     args = parser.parse_args()
     cpu, seeds = torch.device("cpu"), list(range(args.seeds))
 
@@ -125,6 +165,8 @@ def main() -> None:
         together = vectorised(name, seeds, args.steps, cpu, task_name="mlp")
         print(f"   {name:12s} sequential {alone:6.2f} s  vectorised {together:6.2f} s  "
               f"ratio {alone / together:5.2f}x")
+
+    control(args.control_updates)
 
     one, two = (vectorised("polyak", seeds, args.steps, cpu, threads) for threads in (1, 2))
     print(f"2. vectorised polyak trial: 1 thread {one:.2f} s, 2 threads {two:.2f} s "

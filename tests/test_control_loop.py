@@ -11,7 +11,7 @@ from workbench import registry
 from workbench.testbeds import Budget, get_task
 from workbench.testbeds.control.envs import make
 from workbench.testbeds.control.policy import ActorCritic
-from workbench.testbeds.control.rollout import collect
+from workbench.testbeds.control.rollout import ADVANTAGE_INPUTS, collect
 
 
 def method(family: str, name: str, **params):
@@ -150,3 +150,18 @@ def test_pendulum_and_gymnasium_backend_run():
     result, _ = run_task("control", Budget(steps=2), env="CartPole-v1", backend="gymnasium",
                          num_envs=2, rollout_len=16)
     assert math.isfinite(result["train/value_loss"])
+
+
+def test_the_task_provides_exactly_the_advantage_inputs_its_rollout_gives():
+    """A method needing an input the loop never gives (old_log_probs, mc_values) is refused
+    by the spec check, not left to crash in the first update."""
+    env = make("CartPole-v1", 2, seed=0)
+    agent = ActorCritic(env.obs_dim, n_actions=env.n_actions, hidden=4, layers=1)
+    rollout, _ = collect(env, agent, env.reset(seed=0), 3)
+    given = set(rollout.as_advantage_inputs())
+    task = get_task("cartpole")
+    from workbench.families import advantage
+
+    assert task.provides & set(advantage.REQUIRABLE) == given == ADVANTAGE_INPUTS
+    spo = registry.get("advantage", "spo_chain")
+    assert not spo.requirements(spo().params) <= task.provides

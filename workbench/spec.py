@@ -455,7 +455,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     for combo in itertools.product(*per_slot):
         label = "+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit)
         shown = f"{name}.{label}"  # Sweep.title
-        vectorised = _seed_mode(spec, task, combo, shown, source, notes)
+        vectorised = _seed_mode(spec, task, task_params, combo, shown, source, notes)
         document = fingerprint_document(spec, task, task_params, seeds, metric, direction,
                                         combo, kind, vectorised)
         digest = fingerprint.digest(document)
@@ -483,10 +483,11 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                  url, notes, evaluation_plan(spec.evaluation, seeds))
 
 
-def seed_axis_problem(spec: SweepSpec, task: type[Task], combo) -> str | None:
+def seed_axis_problem(spec: SweepSpec, task: type[Task], task_params, combo) -> str | None:
     """Why the study of ``combo`` cannot run its seeds on a seed axis, or None."""
-    if not task.runs_seeds_together():
-        return f"task {task.name} runs its seeds one at a time (it has no run_seeds)"
+    why = task.seed_axis_problem(task_params)
+    if why is not None:
+        return why
     for m in combo:
         if not m.cls.vectorised:
             return f"{m.slot} method {m.cls.name} declares vectorised = False"
@@ -497,14 +498,14 @@ def seed_axis_problem(spec: SweepSpec, task: type[Task], combo) -> str | None:
     return None
 
 
-def _seed_mode(spec: SweepSpec, task: type[Task], combo, shown: str, source: str,
-               notes: list[str]) -> bool:
+def _seed_mode(spec: SweepSpec, task: type[Task], task_params, combo, shown: str,
+               source: str, notes: list[str]) -> bool:
     """Whether the study runs its seeds on a seed axis (``execution.seeds``): ``vectorised``
     refuses a study that cannot, ``auto`` falls back to sequential with one note saying why."""
     mode = spec.execution.seeds
     if mode == "sequential":
         return False
-    why = seed_axis_problem(spec, task, combo)
+    why = seed_axis_problem(spec, task, task_params, combo)
     if why is None:
         return True
     if mode == "vectorised":

@@ -23,8 +23,13 @@ from workbench.families.advantage import (
 )
 from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
 from workbench.families.checks import check, check_all
-from workbench.families.entropy import EntropyMethod, EntropySlot, LossAdjustment
-from workbench.families.rl_slots import RLSlots, open_rl_slots
+from workbench.families.entropy import (
+    EntropyMethod,
+    EntropySlot,
+    LossAdjustment,
+    adjust_per_seed,
+)
+from workbench.families.rl_slots import RLSeedSlots, RLSlots, open_rl_seed_slots, open_rl_slots
 from workbench.families.step_size import (
     StepSizeMethod,
     mean_over_steps,
@@ -42,9 +47,10 @@ REQUIRABLE: frozenset[str] = frozenset().union(
 
 __all__ = [
     "REQUIRABLE", "TREE_SAMPLERS", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod",
-    "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment", "RLSlots",
-    "StepSizeMethod", "ValueRequest", "monte_carlo_values", "open_rl_slots",
-    "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
+    "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment",
+    "RLSeedSlots", "RLSlots", "StepSizeMethod", "ValueRequest", "monte_carlo_values",
+    "open_rl_seed_slots", "open_rl_slots",
+    "adjust_per_seed", "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "seed_axis_info", "step_size",
     "step_size_taken", "step_sizes_taken",
 ]

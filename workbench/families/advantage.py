@@ -114,6 +114,8 @@ class AdvantageMethod(Method):
     """
 
     family = FAMILY
+    # a pure function: on a seed axis the loop calls it once per seed, on that seed's rollout
+    vectorised: ClassVar[bool] = True
     invariants: ClassVar[frozenset[str]] = frozenset()
     #: the sampler its reference grows rollouts with, which a loop uses under ``sampling:
     #: auto`` (``TREE_SAMPLERS``); None: independent rollouts

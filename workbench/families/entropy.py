@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,6 +60,9 @@ class EntropyMethod(Method):
     """
 
     family = FAMILY
+    # on a seed axis the loop gives each seed its own instance (``open_rl_seed_slots``), so
+    # every method runs there as it runs alone
+    vectorised: ClassVar[bool] = True
 
     def start(self, info: Mapping[str, Any]) -> None:
         """Reset state before a run; ``info['total_steps']`` is the number of updates."""
@@ -119,6 +122,37 @@ class EntropySlot:
             mask=mask * hook["loss_mask"] if "loss_mask" in hook else mask,
             weight=hook.get("loss_weight"), extra_loss=hook.get("extra_loss", 0.0),
             metrics={f"method/{k}": float(v) for k, v in hook.get("metrics", {}).items()})
+
+
+def adjust_per_seed(slots: list[EntropySlot], live: list[bool], *, log_probs: torch.Tensor,
+                    old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                    entropy: torch.Tensor, clip: float
+                    ) -> tuple[LossAdjustment, list[dict[str, float]]]:
+    """``EntropySlot.adjust_policy_loss`` on a seed axis: seed s's hook on its own (B, T)
+    slice of the (S, B, T) tensors (a stopped seed's hook is not called: the loop's clip and
+    mask); the answers stacked, clip bounds and masks (S, B, T), ``extra_loss`` (S,), and each
+    seed's metrics."""
+    shape, like = log_probs.shape[1:], log_probs
+
+    def full(value) -> torch.Tensor:
+        return torch.as_tensor(value, dtype=like.dtype, device=like.device).expand(shape)
+
+    each = [slot.adjust_policy_loss(
+                log_probs=log_probs[s], old_log_probs=old_log_probs[s],
+                advantages=advantages[s], mask=mask[s], entropy=entropy[s], clip=clip)
+            if live[s] else LossAdjustment(clip, clip, mask[s], None, 0.0, {})
+            for s, slot in enumerate(slots)]
+    weights = None
+    if any(a.weight is not None for a in each):
+        weights = torch.stack([full(1.0) if a.weight is None else full(a.weight) for a in each])
+    stacked = LossAdjustment(
+        clip_low=torch.stack([full(a.clip_low) for a in each]),
+        clip_high=torch.stack([full(a.clip_high) for a in each]),
+        mask=torch.stack([full(a.mask) for a in each]), weight=weights,
+        extra_loss=torch.stack([torch.as_tensor(a.extra_loss, dtype=like.dtype,
+                                                device=like.device) for a in each]),
+        metrics={})
+    return stacked, [a.metrics for a in each]
 
 
 # contract check --------------------------------------------------------------------------------

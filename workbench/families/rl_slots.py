@@ -5,10 +5,16 @@ Both RL loops (control, RLVR) start the same way: build the step-size slot's opt
 the configured batch (its first answer may change the batch's shape), and ask the advantage
 method which inputs it reads. ``open_rl_slots`` does that in this order, so a loop cannot get
 it subtly different.
+
+On a seed axis (``open_rl_seed_slots``) the S seeds of a trial share one optimizer built on the
+seed axis (the step-size family's contract) and one batch-size schedule (a vectorised batch
+method's sizes never depend on a seed), while each seed has its own entropy method instance
+(its coefficient and state are its own); the loop calls the advantage method once per seed.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +24,7 @@ import torch
 from workbench.families.advantage import AdvantageMethod
 from workbench.families.batch_size import BatchSlot
 from workbench.families.entropy import EntropySlot
+from workbench.families.step_size import seed_axis_info
 
 
 @dataclass
@@ -44,3 +51,31 @@ def open_rl_slots(methods: Mapping[str, Any], parameters: Iterable[torch.nn.Para
     advantage = methods["advantage"]
     return RLSlots(optimizer, entropy, batch_slot, advantage,
                    frozenset(advantage.requirements(advantage.params)), first_batch)
+
+
+@dataclass
+class RLSeedSlots:
+    optimizer: torch.optim.Optimizer  # over the parameters stacked on the seed axis
+    entropy: list[EntropySlot]  # one per seed
+    batch: BatchSlot
+    advantage: AdvantageMethod
+    advantage_inputs: frozenset[str]
+    first_batch: int | None
+
+
+def open_rl_seed_slots(methods: Mapping[str, Any], parameters: Iterable[torch.Tensor], *,
+                       seeds: int, updates: int, per_update: int, batch: int, samples: int,
+                       info: Mapping[str, Any] | None = None) -> RLSeedSlots:
+    """``open_rl_slots`` for S = ``seeds`` seeds run as one computation: ``parameters`` carry
+    a leading seed axis; the entropy method is copied for seeds 1..S-1 before it starts."""
+    run_info = {"total_steps": updates * per_update, "batches_per_epoch": per_update,
+                **(info or {})}
+    optimizer = methods["step_size"].build(list(parameters), seed_axis_info([run_info] * seeds))
+    method = methods["entropy"]
+    entropy = [EntropySlot(m, total_steps=updates)
+               for m in [method, *(copy.deepcopy(method) for _ in range(seeds - 1))]]
+    batch_slot = BatchSlot(methods.get("batch_size"), samples)
+    first_batch = batch_slot.start(batch)
+    advantage = methods["advantage"]
+    return RLSeedSlots(optimizer, entropy, batch_slot, advantage,
+                       frozenset(advantage.requirements(advantage.params)), first_batch)

@@ -124,3 +124,11 @@ class Task:
     def runs_seeds_together(cls) -> bool:
         """Whether the task implements ``run_seeds``."""
         return cls.run_seeds is not Task.run_seeds
+
+    @classmethod
+    def seed_axis_problem(cls, params: TaskParams) -> str | None:
+        """Why the task cannot run its seeds on a seed axis under these (valid) ``params``,
+        or None."""
+        if not cls.runs_seeds_together():
+            return f"task {cls.name} runs its seeds one at a time (it has no run_seeds)"
+        return None

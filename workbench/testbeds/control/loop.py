@@ -8,7 +8,7 @@ rollout length, or N, the number of environments, as ``batch_axis`` says, holdin
 fixed; b is rounded to a multiple of the fixed one).
 
 Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
-``budget.wall_seconds``, or a non-finite loss (reported as diverged).
+``budget.wall_seconds``, or a non-finite loss or parameter (reported as diverged).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
 from pydantic import Field
 
 from workbench import seeds
@@ -123,8 +124,9 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         if recent:
             metrics["train/return_recent"] = sum(recent) / len(recent)
         log(update, metrics)
-        if not math.isfinite(stats.get("train/policy_loss", 0.0)) or not math.isfinite(
-                stats.get("train/value_loss", 0.0)):
+        if not (math.isfinite(stats.get("train/policy_loss", 0.0))
+                and math.isfinite(stats.get("train/value_loss", 0.0))
+                and bool(finite_per_seed(list(agent.parameters()), seeds=None))):
             diverged = True
             break
         if budget.spent(env_steps, seconds):
@@ -137,6 +139,13 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
             num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     return {**metrics, "steps": update, "diverged": diverged,
             "env_steps": env_steps, "device": str(device)}
+
+
+def finite_per_seed(params: list[torch.Tensor], seeds: int | None) -> torch.Tensor:
+    """Whether every parameter is finite: one bool, or (S,) on a seed axis of ``seeds``."""
+    if seeds is None:
+        return torch.stack([torch.isfinite(p).all() for p in params]).all()
+    return torch.stack([torch.isfinite(p).flatten(1).all(1) for p in params], dim=1).all(1)
 
 
 def _reshape(samples: int, num_envs: int, horizon: int, axis: str) -> tuple[int, int]:

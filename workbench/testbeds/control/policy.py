@@ -88,3 +88,100 @@ class ActorCritic(nn.Module):
 
 def _entropy(log_p: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(-1)
+
+
+class SeedAxisActorCritic:
+    """The S seeds' ``ActorCritic`` networks of a trial as one: each parameter stacked on a
+    leading seed axis (in ``ActorCritic.parameters()`` order), each linear layer a batched
+    matrix product ``y_s = x_s W_s^T + b_s``; observations and outputs are (S, M, ...)."""
+
+    def __init__(self, agents: list[ActorCritic]):
+        first = agents[0]
+        self.seeds = len(agents)
+        self.discrete = first.discrete
+        self.parameters = [torch.stack([p.detach() for p in ps]).requires_grad_(True)
+                           for ps in zip(*(a.parameters() for a in agents), strict=True)]
+        names = [name for name, _ in first.named_parameters()]
+        stacked = dict(zip(names, self.parameters, strict=True))
+        self._actor = _layers(stacked, "actor", len(first.actor))
+        self._critic = _layers(stacked, "critic", len(first.critic))
+        self.log_std = stacked.get("log_std")  # (S, act_dim)
+        self._live: torch.Tensor | None = None
+
+    def freeze(self, live: torch.Tensor) -> None:
+        """Forward passes from now on treat the seeds where ``live`` is False as constants
+        (no gradient reaches their parameters, whatever their values)."""
+        self._live = None if bool(live.all()) else live
+
+    def _kept(self, layers):
+        if self._live is None:
+            return layers
+        keep = self._live.view(-1, 1, 1)
+        return [(torch.where(keep, w, w.detach()), torch.where(keep[:, 0], b, b.detach()))
+                for w, b in layers]
+
+    def actor(self, obs: torch.Tensor) -> torch.Tensor:
+        return _forward(self._kept(self._actor), obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return _forward(self._kept(self._critic), obs).squeeze(-1)
+
+    def sample(self, obs: torch.Tensor, generators: list[torch.Generator], live: list[bool],
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``ActorCritic.sample`` for each seed, seed s's actions drawn with
+        ``generators[s]`` exactly as its own run draws them (a stopped seed draws nothing and
+        takes action 0)."""
+        out = self.actor(obs)
+        if self.discrete:
+            log_p = torch.log_softmax(out, dim=-1)
+            probs = log_p.exp()
+            action = torch.zeros(out.shape[:-1], dtype=torch.long, device=out.device)
+            for s, generator in enumerate(generators):
+                if live[s]:
+                    action[s] = torch.multinomial(probs[s], 1, generator=generator).squeeze(-1)
+            return action, log_p.gather(-1, action[..., None]).squeeze(-1), _entropy(log_p)
+        noise = torch.zeros_like(out)
+        for s, generator in enumerate(generators):
+            if live[s]:
+                noise[s] = torch.randn(out.shape[1:], generator=generator, dtype=out.dtype,
+                                       device=out.device)
+        log_std = self.log_std.detach()[:, None]
+        action = out + log_std.exp() * noise
+        return action, self._gauss_log_prob(out, action), self._gauss_entropy(out)
+
+    def evaluate(self, obs: torch.Tensor,
+                 actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ActorCritic.evaluate`` of each seed's rows."""
+        out = self.actor(obs)
+        if self.discrete:
+            log_p = torch.log_softmax(out, dim=-1)
+            return log_p.gather(-1, actions[..., None].long()).squeeze(-1), _entropy(log_p)
+        return self._gauss_log_prob(out, actions), self._gauss_entropy(out)
+
+    def _kept_log_std(self) -> torch.Tensor:
+        if self._live is None:
+            return self.log_std
+        return torch.where(self._live[:, None], self.log_std, self.log_std.detach())
+
+    def _gauss_log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        log_std = self._kept_log_std()[:, None]
+        z = (action - mean) * torch.exp(-log_std)
+        return (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
+
+    def _gauss_entropy(self, mean: torch.Tensor) -> torch.Tensor:
+        per_dim = 0.5 + 0.5 * LOG_2PI + self._kept_log_std()
+        return per_dim.sum(-1)[:, None].expand(mean.shape[:-1])
+
+
+def _layers(stacked: dict[str, torch.Tensor], net: str, modules: int):
+    """(weight, bias) of each linear layer of ``net`` (every other module: tanh between)."""
+    return [(stacked[f"{net}.{i}.weight"], stacked[f"{net}.{i}.bias"])
+            for i in range(0, modules, 2)]
+
+
+def _forward(layers, x: torch.Tensor) -> torch.Tensor:
+    for i, (weight, bias) in enumerate(layers):
+        x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+        if i < len(layers) - 1:
+            x = torch.tanh(x)
+    return x

@@ -34,6 +34,7 @@ from pydantic import Field
 
 from workbench.families import (
     EntropySlot,
+    LossAdjustment,
     mean_over_steps,
     minibatch_epochs,
     observe_rl_stats,
@@ -120,28 +121,40 @@ def _minibatch_loss(agent, obs, actions, old_log_probs, old_values, adv, ret, en
         log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
         advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
         entropy=entropy.view(row), clip=settings.clip)
+    loss, parts = minibatch_loss(log_probs, entropy, agent.value(obs), old_log_probs,
+                                 old_values, adv, ret, entropy_coef, adjusted, settings)
+    return loss, {**parts, **adjusted.metrics}
+
+
+def minibatch_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor,
+                   old_log_probs: torch.Tensor, old_values: torch.Tensor, adv: torch.Tensor,
+                   ret: torch.Tensor, entropy_coef, adjusted: LossAdjustment,
+                   settings: PPOSettings) -> tuple[torch.Tensor, dict]:
+    """L of one minibatch (the module docstring) from the current policy's outputs on its M
+    samples, (M,) tensors, with the entropy method's ``adjusted`` answer on (M, 1) views;
+    and its metrics (the hook's left to the caller). On a seed axis every tensor has a
+    leading axis of S seeds (the answer stacked, ``entropy_coef`` (S,)): the S losses and
+    each metric's S values."""
+    row = (*log_probs.shape, 1)  # the loss sees (B, T) tensors: one row per sample, T = 1
     pg_loss, pg_stats = ppo_clip_loss(
         log_probs.view(row), old_log_probs.view(row), adv.view(row), adjusted.mask,
-        clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
-        agg="token-mean", weight=adjusted.weight)
-    values = agent.value(obs)
+        clip_low=adjusted.clip_low, clip_high=adjusted.clip_high, agg="token-mean",
+        weight=adjusted.weight)
     if settings.clip_value:
         clipped = old_values + (values - old_values).clamp(-settings.clip, settings.clip)
-        value_loss = 0.5 * torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean()
+        value_loss = 0.5 * torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean(-1)
     else:
-        value_loss = 0.5 * ((values - ret) ** 2).mean()
-    entropy_mean = entropy.mean()
+        value_loss = 0.5 * ((values - ret) ** 2).mean(-1)
+    entropy_mean = entropy.mean(-1)
     loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
             + adjusted.extra_loss)
     with torch.no_grad():
-        parts = {
-            "train/policy_loss": float(pg_loss),
-            "train/value_loss": float(value_loss),
-            "train/entropy": float(entropy_mean),
-            **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
-                                                   "clip_frac_high", "clip_frac")},
-            **adjusted.metrics,
-        }
+        own = torch.stack([pg_loss, value_loss, entropy_mean]).tolist()
+    parts = {
+        "train/policy_loss": own[0], "train/value_loss": own[1], "train/entropy": own[2],
+        **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
+                                               "clip_frac_high", "clip_frac")},
+    }
     return loss, parts
 
 

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from workbench.families import EntropySlot, observe_rl_stats, step_size_taken
+from workbench.families import (
+    EntropySlot,
+    LossAdjustment,
+    observe_rl_stats,
+    step_size_taken,
+)
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, _grad_norm, standardise
 from workbench.testbeds.control.rollout import Rollout
@@ -42,30 +47,18 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
             log_probs, entropy = agent.evaluate(obs, actions)
             row = (-1, 1)
             adjusted = entropy_slot.adjust_policy_loss(
-                log_probs=log_probs.view(row),
-                old_log_probs=old_log_probs.view(row), advantages=adv.view(row),
-                mask=torch.ones_like(adv).view(row), entropy=entropy.view(row),
-                clip=settings.clip)
-            terms = -adv * log_probs
-            if adjusted.weight is not None:
-                terms = terms * adjusted.weight.flatten()
-            pg_mask = adjusted.mask.flatten()
-            pg_loss = (terms * pg_mask).sum() / pg_mask.sum().clamp_min(1.0)
-            value_loss = 0.5 * ((agent.value(obs) - ret) ** 2).mean()
-            entropy_mean = entropy.mean()
-            loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
-                    + adjusted.extra_loss)
+                log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
+                advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
+                entropy=entropy.view(row), clip=settings.clip)
+            loss, parts = reinforce_loss(log_probs, entropy, agent.value(obs), adv, ret,
+                                         entropy_coef, adjusted, settings)
         if not backward:
             return loss.detach()
         optimizer.zero_grad(set_to_none=False)
         loss.backward()
         norm = _grad_norm(agent, settings.max_grad_norm)
         if not stats:
-            stats.update({
-                "train/policy_loss": float(pg_loss.detach()),
-                "train/value_loss": float(value_loss.detach()),
-                "train/entropy": float(entropy_mean.detach()), "train/grad_norm": norm,
-                **adjusted.metrics})
+            stats.update({**parts, **adjusted.metrics, "train/grad_norm": norm})
         return loss.detach()
 
     optimizer.step(closure)
@@ -77,3 +70,25 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
     observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
                      episodic_return=episodic_return, update=update)
     return stats
+
+
+def reinforce_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor,
+                   adv: torch.Tensor, ret: torch.Tensor, entropy_coef, adjusted: LossAdjustment,
+                   settings: PPOSettings) -> tuple[torch.Tensor, dict]:
+    """L (the module docstring) from the current policy's outputs on the rollout's M samples,
+    (M,) tensors, with the entropy method's ``adjusted`` answer on (M, 1) views; and its
+    metrics (the hook's left to the caller). On a seed axis every tensor has a leading axis
+    of S seeds: the S losses and each metric's S values (as ``ppo.minibatch_loss``)."""
+    terms = -adv * log_probs
+    if adjusted.weight is not None:
+        terms = terms * adjusted.weight.reshape(terms.shape)
+    pg_mask = adjusted.mask.reshape(terms.shape)
+    pg_loss = (terms * pg_mask).sum(-1) / pg_mask.sum(-1).clamp_min(1.0)
+    value_loss = 0.5 * ((values - ret) ** 2).mean(-1)
+    entropy_mean = entropy.mean(-1)
+    loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
+            + adjusted.extra_loss)
+    with torch.no_grad():
+        own = torch.stack([pg_loss, value_loss, entropy_mean]).tolist()
+    return loss, {"train/policy_loss": own[0], "train/value_loss": own[1],
+                  "train/entropy": own[2]}

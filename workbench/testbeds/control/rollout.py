@@ -18,7 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from workbench.testbeds.control.envs import BatchedEnv
-from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
+
+#: the advantage-method inputs ``Rollout.as_advantage_inputs`` gives
+ADVANTAGE_INPUTS = frozenset({"rewards", "values", "dones", "terminated", "next_values", "mask"})
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Rollout:
     last_value: torch.Tensor
     episode_returns: torch.Tensor  # returns of the episodes that ended in this rollout
     episode_lengths: torch.Tensor
+    episode_envs: torch.Tensor | None = None  # the environment of each (seed axis only)
 
     @property
     def size(self) -> int:
@@ -51,6 +55,20 @@ class Rollout:
             "next_values": self.next_values.T,
             "mask": torch.ones_like(self.rewards.T),
         }
+
+    def seed(self, s: int, n: int) -> Rollout:
+        """Seed s's rollout on a seed axis of blocks of ``n`` environments: its columns and
+        its episodes, in the order its own run collects them."""
+        cols = slice(s * n, (s + 1) * n)
+        ended = (self.episode_envs // n) == s
+        return Rollout(
+            obs=self.obs[:, cols], actions=self.actions[:, cols],
+            log_probs=self.log_probs[:, cols], entropy=self.entropy[:, cols],
+            values=self.values[:, cols], rewards=self.rewards[:, cols],
+            dones=self.dones[:, cols], terminated=self.terminated[:, cols],
+            next_values=self.next_values[:, cols], last_value=self.last_value[cols],
+            episode_returns=self.episode_returns[ended],
+            episode_lengths=self.episode_lengths[ended])
 
     def episode_stats(self) -> dict[str, float]:
         if self.episode_returns.numel() == 0:
@@ -112,3 +130,61 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var[target - predicted] / Var[target] (NaN when the target is constant)."""
     var = float(target.var())
     return math.nan if var == 0 else 1.0 - float((target - predicted).var()) / var
+
+
+@torch.no_grad()
+def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor,
+                  horizon: int, generators: list[torch.Generator],
+                  live: list[bool]) -> tuple[Rollout, torch.Tensor]:
+    """``collect`` for the S seeds of a trial at once: ``env`` holds S blocks of N
+    environments (``TorchEnv``'s ``streams``), block s acts with seed s's network and draws
+    with ``generators[s]``; the rollout has S * N columns (``Rollout.seed`` cuts seed s's)."""
+    seeds = agent.seeds
+    n_all, dtype, device = env.num_envs, obs.dtype, obs.device
+    n = n_all // seeds
+    obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
+    act_buf = None
+    floats = {k: torch.empty((horizon, n_all), dtype=dtype, device=device)
+              for k in ("log_probs", "entropy", "values", "rewards", "next_values")}
+    dones = torch.empty((horizon, n_all), dtype=torch.bool, device=device)
+    terminated = torch.empty_like(dones)
+    ep_returns, ep_lengths, ep_envs, truncations = [], [], [], []
+    for t in range(horizon):
+        obs_buf[t] = obs
+        by_seed = obs.view(seeds, n, -1)
+        action, log_prob, entropy = agent.sample(by_seed, generators, live)
+        action = action.flatten(0, 1)
+        if act_buf is None:
+            act_buf = torch.empty((horizon, *action.shape), dtype=action.dtype, device=device)
+        act_buf[t] = action
+        floats["log_probs"][t] = log_prob.flatten()
+        floats["entropy"][t] = entropy.flatten()
+        floats["values"][t] = agent.value(by_seed).flatten()
+        step = env.step(action)
+        floats["rewards"][t] = step.reward
+        torch.logical_or(step.terminated, step.truncated, out=dones[t])
+        terminated[t] = step.terminated
+        cut = step.truncated.nonzero().squeeze(-1)
+        if cut.numel():  # bootstrap from the final observation, with each seed's network
+            final = agent.value(step.final_obs.view(seeds, n, -1)).flatten()
+            truncations.append((t, cut, final[cut]))
+        ended = dones[t].nonzero().squeeze(-1)
+        if ended.numel():
+            ep_returns.append(step.episode_return[ended])
+            ep_lengths.append(step.episode_length[ended])
+            ep_envs.append(ended)
+        obs = step.obs
+    last_value = agent.value(obs.view(seeds, n, -1)).flatten()
+    next_values = floats["next_values"]
+    next_values[:-1] = floats["values"][1:]
+    next_values[-1] = last_value
+    for t, cut, value in truncations:
+        next_values[t, cut] = value
+    empty = torch.empty(0, dtype=dtype, device=device)
+    rollout = Rollout(
+        obs=obs_buf, actions=act_buf, dones=dones, terminated=terminated, last_value=last_value,
+        episode_returns=torch.cat(ep_returns) if ep_returns else empty,
+        episode_lengths=torch.cat(ep_lengths) if ep_lengths else empty,
+        episode_envs=(torch.cat(ep_envs) if ep_envs
+                      else torch.empty(0, dtype=torch.long, device=device)), **floats)
+    return rollout, obs

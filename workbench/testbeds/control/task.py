@@ -15,16 +15,14 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from workbench import seeds
-from workbench.families import advantage as advantage_family
+from workbench import seeds as seed_streams
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
-from workbench.testbeds.control.envs import make
+from workbench.testbeds.control.envs import TORCH_ENVS, make
 from workbench.testbeds.control.loop import LoopSettings, RolloutSettings, train
-from workbench.testbeds.control.policy import ActorCritic
+from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
 from workbench.testbeds.control.ppo import PPOSettings
-
-# the advantage slot's inputs this loop gives: all the family's but the group ones
-ADVANTAGE_INPUTS = frozenset(advantage_family.REQUIRABLE) - {"group_ids", "reward_baselines"}
+from workbench.testbeds.control.rollout import ADVANTAGE_INPUTS
+from workbench.testbeds.control.seed_axis import train_seeds
 
 
 class ControlParams(TaskParams, RolloutSettings, PPOSettings):
@@ -64,21 +62,41 @@ class Control(Task):
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
+            dtype = getattr(torch, params.dtype)
+            env = make(params.env, params.num_envs, device=device,
+                       seed=seed_streams.int_seed(seed, "env"), dtype=dtype, backend=params.backend)
+            agent = _agent(params, env, seed, device, dtype)
+            settings = LoopSettings.from_flat(params)
+            return train(env, agent, methods, settings, budget=budget, seed=seed, log=log)
 
-    def _run(self, params, methods, *, seed, device, budget, log):
-        dtype = getattr(torch, params.dtype)
-        env = make(params.env, params.num_envs, device=device,
-                   seed=seeds.int_seed(seed, "env"), dtype=dtype, backend=params.backend)
-        # PyTorch's default initialisation draws from the global RNG: seed it inside fork_rng
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seeds.int_seed(seed, "init"))
-            agent = ActorCritic(env.obs_dim, n_actions=env.n_actions if env.discrete else None,
-                                act_dim=None if env.discrete else env.act_dim,
-                                hidden=params.hidden, layers=params.layers)
-        agent = agent.to(device=device, dtype=dtype)
-        settings = LoopSettings.from_flat(params)
-        return train(env, agent, methods, settings, budget=budget, seed=seed, log=log)
+    @classmethod
+    def seed_axis_problem(cls, params: ControlParams) -> str | None:
+        if params.backend != "torch" or params.env not in TORCH_ENVS:
+            return (f"environment {params.env} with backend {params.backend} steps through "
+                    "Gymnasium, one seed at a time")
+        return None
+
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        with cpu_threads(device, params.cpu_threads):
+            dtype = getattr(torch, params.dtype)
+            env = TORCH_ENVS[params.env](
+                params.num_envs * len(seeds), device=device, dtype=dtype, streams=len(seeds),
+                seed=[seed_streams.int_seed(s, "env") for s in seeds])
+            agent = SeedAxisActorCritic([_agent(params, env, s, device, dtype) for s in seeds])
+            settings = LoopSettings.from_flat(params)
+            return train_seeds(env, agent, methods, settings, budget=budget, seeds=seeds,
+                               log=log)
+
+
+def _agent(params: ControlParams, env, seed: int, device, dtype) -> ActorCritic:
+    """The actor-critic of ``seed``'s run, initialised from its ``init`` stream."""
+    # PyTorch's default initialisation draws from the global RNG: seed it inside fork_rng
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_streams.int_seed(seed, "init"))
+        agent = ActorCritic(env.obs_dim, n_actions=env.n_actions if env.discrete else None,
+                            act_dim=None if env.discrete else env.act_dim,
+                            hidden=params.hidden, layers=params.layers)
+    return agent.to(device=device, dtype=dtype)
 
 
 def _fixed_env(env_id: str, task_name: str, text: str) -> type[Control]:

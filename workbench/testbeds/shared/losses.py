@@ -5,6 +5,9 @@ or sequence-level (GSPO) ratios, and the KL estimators. Pure functions on (B, T)
 ``compute_policy_loss_gspo``, ``kl_penalty``); where TRL (``GRPOTrainer``) or OpenRLHF
 (``PolicyLoss``, ``compute_approx_kl``) differ, an argument selects, with verl's default.
 tests/test_rl_losses.py checks each against re-derivations of verl's functions.
+
+Leading axes: given (..., B, T) tensors, every reduction is over the last two axes, one result
+per leading index (the control loop's seed axis: each seed's loss over its own batch).
 """
 
 from __future__ import annotations
@@ -23,17 +26,22 @@ def _weights(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.to(dtype=like.dtype, device=like.device)
 
 
+def _total(x: torch.Tensor) -> torch.Tensor:
+    """The sum over the (B, T) axes: a scalar, or one per leading index."""
+    return x.sum() if x.dim() <= 2 else x.sum(dim=(-2, -1))
+
+
 def _masked_sum(values: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     """sum(values * mask) with padded positions zeroed first (NaN there cannot leak)."""
     weights = _weights(mask, values)
     kept = torch.where(weights != 0, values, torch.zeros((), dtype=values.dtype,
                                                          device=values.device))
-    return (kept * weights).sum() if dim is None else (kept * weights).sum(dim=dim)
+    return _total(kept * weights) if dim is None else (kept * weights).sum(dim=dim)
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """verl's masked_mean: sum(values * mask) / (sum(mask) + 1e-8)."""
-    return _masked_sum(values, mask) / (_weights(mask, values).sum() + 1e-8)
+    return _masked_sum(values, mask) / (_total(_weights(mask, values)) + 1e-8)
 
 
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean",
@@ -52,7 +60,7 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mea
       ``loss_type="dr_grpo"`` divides by B * max_completion_length: pass constant = B * T.
     """
     if mode == "token-mean":
-        return _masked_sum(loss_mat, mask) / _weights(mask, loss_mat).sum().clamp(min=1)
+        return _masked_sum(loss_mat, mask) / _total(_weights(mask, loss_mat)).clamp(min=1)
     if mode == "seq-mean-token-sum-norm":
         return _masked_sum(loss_mat, mask) / (loss_mat.shape[-1] if constant is None
                                               else constant)
@@ -63,7 +71,7 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mea
     if mode == "seq-mean-token-mean":
         per_row = per_row / (tokens + 1e-8)
     rows = (tokens > 0).to(loss_mat.dtype)
-    return (per_row * rows).sum() / rows.sum().clamp(min=1)
+    return (per_row * rows).sum(dim=-1) / rows.sum(dim=-1).clamp(min=1)
 
 
 def _bound(value, like: torch.Tensor) -> torch.Tensor:

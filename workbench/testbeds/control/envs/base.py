@@ -15,6 +15,7 @@ learner bootstraps exactly where ``truncated`` is set.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -85,6 +86,12 @@ class TorchEnv(BatchedEnv):
     of each state component) and implements ``_advance`` (the dynamics, in place on
     ``self._state``, returning reward and terminated) and ``_observe``.
 
+    Seed axis (``streams`` = S > 1): the N rows are S blocks of N / S environments, one per
+    seed of a trial, and block s draws its reset states from its own generator, seeded by
+    ``reset(seed=[...])``'s s-th seed, in the order a run of that block alone draws them; so
+    every block steps as a ``streams=1`` environment of N / S rows would (the dynamics act on
+    each row alone).
+
     Speed: every step is a fixed, short sequence of tensor operations on all N environments
     (no Python loop over them); the state keeps the observation's row layout so observations
     are plain copies; on the CPU, reset states are drawn only for the environments that ended;
@@ -100,10 +107,14 @@ class TorchEnv(BatchedEnv):
     # Gymnasium draws some reset states in float32 (Acrobot); None: in the env dtype
     reset_draw_dtype: ClassVar[torch.dtype | None] = None
 
-    def __init__(self, num_envs: int, *, device: str | torch.device = "cpu", seed: int = 0,
-                 dtype: torch.dtype = torch.float32, max_episode_steps: int | None = None):
+    def __init__(self, num_envs: int, *, device: str | torch.device = "cpu",
+                 seed: int | Sequence[int] = 0, dtype: torch.dtype = torch.float32,
+                 max_episode_steps: int | None = None, streams: int = 1):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        if streams < 1 or num_envs % streams:
+            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of streams "
+                             f"({streams})")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.device = torch.device(device)
@@ -111,7 +122,8 @@ class TorchEnv(BatchedEnv):
         self.max_episode_steps = int(max_episode_steps or self.default_max_episode_steps)
         if not 1 <= self.max_episode_steps <= 2**24:  # episode lengths are counted in dtype
             raise ValueError(f"max_episode_steps must be in [1, 2**24], got {max_episode_steps}")
-        self._generator = torch.Generator(device=self.device)
+        self.streams = streams
+        self._generators = [torch.Generator(device=self.device) for _ in range(streams)]
         self._reset_by_index = self.device.type == "cpu"
         draw = {"dtype": self.reset_draw_dtype or dtype, "device": self.device}
         self._low = torch.tensor(self.reset_low, **draw)
@@ -141,15 +153,35 @@ class TorchEnv(BatchedEnv):
         self._episode = torch.zeros((2, num_envs), dtype=self.dtype, device=self.device)
         self._episode_return, self._episode_length = self._episode
 
-    def _draw_reset_states(self, count: int) -> torch.Tensor:
-        """(count, state_dim) states uniform in [reset_low, reset_high) per component."""
-        draws = torch.rand((count, self.state_dim), generator=self._generator,
-                           dtype=self._low.dtype, device=self.device)
+    def _draw_reset_states(self, count: int,
+                           per_stream: Sequence[int] | None = None) -> torch.Tensor:
+        """(count, state_dim) states uniform in [reset_low, reset_high) per component; on a
+        seed axis ``per_stream[s]`` of them (in block order) from block s's generator
+        (None: count / S each)."""
+        if per_stream is None:
+            per_stream = [count // self.streams] * self.streams
+        draws = torch.cat([
+            torch.rand((k, self.state_dim), generator=g, dtype=self._low.dtype,
+                       device=self.device)
+            for g, k in zip(self._generators, per_stream, strict=True) if k])
         return torch.addcmul(self._low, self._span, draws).to(self.dtype)
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def _rows_per_stream(self, rows: torch.Tensor) -> list[int] | None:
+        """How many of the (sorted) row indices ``rows`` fall in each block."""
+        if self.streams == 1:
+            return None
+        block = self.num_envs // self.streams
+        return torch.bincount(rows // block, minlength=self.streams).tolist()
+
+    def reset(self, seed: int | Sequence[int] | None = None) -> torch.Tensor:
+        """``seed``: one per stream (an int: the only stream's)."""
         if seed is not None:
-            self._generator.manual_seed(seed)
+            seeds = [seed] if isinstance(seed, int) else list(seed)
+            if len(seeds) != self.streams:
+                raise ValueError(f"reset needs {self.streams} seeds, one per stream; "
+                                 f"got {len(seeds)}")
+            for generator, value in zip(self._generators, seeds, strict=True):
+                generator.manual_seed(value)
         self._state.copy_(self._draw_reset_states(self.num_envs))
         self._episode.zero_()
         return self._observe(self._state)
@@ -176,22 +208,29 @@ class TorchEnv(BatchedEnv):
             ended = done.nonzero().squeeze(1)
             if not ended.numel():
                 return final_obs.clone()
-            self._state.index_copy_(0, ended, self._draw_reset_states(ended.numel()))
+            self._state.index_copy_(0, ended, self._draw_reset_states(
+                ended.numel(), self._rows_per_stream(ended)))
         else:
             torch.where(done[:, None], self._draw_reset_states(self.num_envs), self._state,
                         out=self._state)
         return self._observe(self._state)
 
     def resize(self, num_envs: int) -> torch.Tensor:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        keep = min(num_envs, self.num_envs)
-        state, episode = self._state, self._episode
+        """On a seed axis ``num_envs`` counts all blocks, and each block keeps its first
+        environments and starts its new ones."""
+        if num_envs < 1 or num_envs % self.streams:
+            raise ValueError(f"num_envs must be a positive multiple of {self.streams}, "
+                             f"got {num_envs}")
+        streams, old, new = self.streams, self.num_envs // self.streams, num_envs // self.streams
+        keep = min(new, old)
+        state = self._state.view(streams, old, self.state_dim)
+        episode = self._episode.view(2, streams, old)
         self._allocate(num_envs)
-        self._state[:keep] = state[:keep]
-        self._episode[:, :keep] = episode[:, :keep]
-        if num_envs > keep:
-            self._state[keep:] = self._draw_reset_states(num_envs - keep)
+        self._state.view(streams, new, self.state_dim)[:, :keep] = state[:, :keep]
+        self._episode.view(2, streams, new)[:, :, :keep] = episode[:, :, :keep]
+        if new > keep:
+            self._state.view(streams, new, self.state_dim)[:, keep:] = self._draw_reset_states(
+                streams * (new - keep)).view(streams, new - keep, self.state_dim)
         return self._observe(self._state)
 
     def get_state(self) -> torch.Tensor:
