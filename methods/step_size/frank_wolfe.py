@@ -38,78 +38,98 @@ _PROBE = 1e-3  # step along d of the first gradient-difference estimate of L (co
 
 
 class FrankWolfe(FlatOptimizer):
-    """x <- x + gamma (s - x) with ``rule`` in {"open_loop", "short_step", "backtracking"}."""
+    """x <- x + gamma (s - x) with ``rule`` in {"open_loop", "short_step", "backtracking"}.
+
+    On a seed axis (``seeds`` = S) gap, ||d||^2, gamma and the backtracking estimate L are
+    per seed (tensors (S,)); a seed whose gap is <= 0 takes gamma = 0 on its own; the seeds
+    still backtracking evaluate their trial points together (``closure(backward=False,
+    active=mask)``) and only the seeds without an estimate take the first step's probe."""
 
     def __init__(self, params, lmo, *, rule, ell=2, smoothness=math.nan, tau=2.0, eta=0.9,
-                 slack=0.0, max_backtracks=100):
-        defaults = {"t": 0, "ell": ell, "smoothness": smoothness, "tau": tau, "eta": eta,
-                    "slack": slack, "max_backtracks": max_backtracks,
-                    "previous_loss": math.nan}
-        super().__init__(params, defaults)
+                 slack=0.0, max_backtracks=100, seeds=None):
+        super().__init__(params, {"t": 0, "ell": ell, "tau": tau, "eta": eta, "slack": slack,
+                                  "max_backtracks": max_backtracks})
+        self.seeds = seeds
+        group = self.param_groups[0]
+        group["smoothness"] = self._kept(self._as_seed_scalar(smoothness))
+        group["previous_loss"] = self._kept(self._as_seed_scalar(math.nan))
         self._lmo = lmo
         self._rule = rule
 
-    @staticmethod
-    def _dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-        return float(sum(torch.sum(u * v) for u, v in zip(a, b, strict=True)))
+    def _move(self, origin, direction, gamma: torch.Tensor, where=None) -> None:
+        """x <- origin + gamma d for the seeds in ``where`` (all: None)."""
+        where = torch.ones_like(gamma, dtype=torch.bool) if where is None else where
+        self._step_from_per_seed(origin, direction, -gamma, where)
 
-    @torch.no_grad()
-    def _move(self, origin, direction, gamma: float) -> None:
-        for p, x, d in zip(self._params(), origin, direction, strict=True):
-            torch.add(x, d, alpha=gamma, out=p)
+    def _evaluate(self, closure, active) -> torch.Tensor:
+        if self.seeds is None:
+            return closure(backward=False).detach().double()
+        return closure(backward=False, active=active).detach().double()
 
     def step(self, closure):
         group = self.param_groups[0]
         loss = closure()
-        value = float(loss)
+        value = loss.detach().double()
         grads = self._grads()
         origin = self._snapshot()
         vertices = self._lmo(grads)
         direction = [s.to(x.dtype) - x for s, x in zip(vertices, origin, strict=True)]
-        gap = -self._dot(grads, direction)
-        norm_sq = self._norm_sq(direction)
-        if gap <= 0.0 or norm_sq == 0.0:
-            gamma = 0.0
-        elif self._rule == "open_loop":
-            gamma = group["ell"] / (group["t"] + group["ell"])
+        gap = -self._sum_per_seed([g * d for g, d in zip(grads, direction, strict=True)])
+        norm_sq = self._sq_per_seed(direction)
+        moving = ~((gap <= 0.0) | (norm_sq == 0.0))
+        if self._rule == "open_loop":
+            gamma = self._as_seed_scalar(group["ell"] / (group["t"] + group["ell"]))
         elif self._rule == "short_step":
-            gamma = min(gap / (group["smoothness"] * norm_sq), 1.0)
+            smoothness = self._as_seed_scalar(group["smoothness"])
+            gamma = torch.clamp(gap / (smoothness * norm_sq), max=1.0)
         else:
             gamma = self._backtrack(group, closure, value, gap, norm_sq, origin, direction,
-                                    grads)
+                                    grads, moving)
+        gamma = torch.where(moving, gamma, 0.0)
         self._move(origin, direction, gamma)
         group["t"] += 1
-        group["previous_loss"] = value
-        self.last_step_size = gamma
+        group["previous_loss"] = self._kept(value)
+        self._report(gamma)
         return loss
 
-    def _backtrack(self, group, closure, value, gap, norm_sq, origin, direction, grads):
-        smoothness = group["smoothness"]
-        if not smoothness > 0:  # first step: a gradient difference along d
-            self._move(origin, direction, _PROBE)
-            closure()
-            probe = self._grads()
-            diff = math.sqrt(sum(float(torch.sum((g - q) ** 2))
-                                 for g, q in zip(grads, probe, strict=True)))
-            smoothness = diff / (_PROBE * math.sqrt(norm_sq))
+    def _backtrack(self, group, closure, value, gap, norm_sq, origin, direction, grads,
+                   moving):
+        smoothness = self._as_seed_scalar(group["smoothness"])
+        probing = moving & ~(smoothness > 0)
+        if bool(probing.any()):  # first step: a gradient difference along d
+            self._move(origin, direction, self._as_seed_scalar(_PROBE), probing)
+            if self.seeds is None:
+                closure()
+            else:
+                closure(active=probing)
+            diff = self._sq_per_seed([g - q for g, q in zip(grads, self._grads(),
+                                                            strict=True)]).sqrt()
+            smoothness = torch.where(probing, diff / (_PROBE * norm_sq.sqrt()), smoothness)
             for p, g in zip(self._params(), grads, strict=True):
                 p.grad.copy_(g)
-        elif math.isfinite(group["previous_loss"]):
-            decrease = group["previous_loss"] - value
-            guess = gap**2 / (2.0 * decrease * norm_sq) if decrease != 0 else math.inf
-            smoothness = max(min(guess, smoothness), smoothness * group["eta"])
+            self._set(origin)
+        previous = self._as_seed_scalar(group["previous_loss"])
+        decrease = previous - value
+        guess = torch.where(decrease != 0, gap**2 / (2.0 * decrease * norm_sq), math.inf)
+        lowered = torch.maximum(torch.minimum(guess, smoothness), smoothness * group["eta"])
+        smoothness = torch.where(moving & ~probing & torch.isfinite(previous), lowered,
+                                 smoothness)
+        searching = moving.clone()
+        gamma = torch.zeros_like(gap)
         for _ in range(group["max_backtracks"]):
-            gamma = gap / (norm_sq * smoothness)
-            if gamma < 1.0:
-                bound = -0.5 * gamma * gap
-            else:
-                gamma = 1.0
-                bound = -gap + 0.5 * smoothness * norm_sq
-            self._move(origin, direction, gamma)
-            if float(closure(backward=False)) - value <= bound + group["slack"]:
+            if not bool(searching.any()):
                 break
-            smoothness *= group["tau"]
-        group["smoothness"] = smoothness
+            trial = gap / (norm_sq * smoothness)
+            capped = ~(trial < 1.0)
+            trial = torch.where(capped, 1.0, trial)
+            bound = torch.where(capped, -gap + 0.5 * smoothness * norm_sq, -0.5 * trial * gap)
+            gamma = torch.where(searching, trial, gamma)
+            self._move(origin, direction, gamma, searching)
+            accepted = searching & (self._evaluate(closure, searching) - value
+                                    <= bound + group["slack"])
+            searching = searching & ~accepted
+            smoothness = torch.where(searching, smoothness * group["tau"], smoothness)
+        group["smoothness"] = self._kept(smoothness)
         return gamma
 
 
@@ -127,12 +147,14 @@ class FrankWolfeOpenLoop(StepSizeMethod):
     reference = Reference("Jaggi, Revisiting Frank-Wolfe: projection-free sparse convex "
                           "optimization (after Frank & Wolfe 1956)", 2013, _COPT)
     fidelity = "reference-checked"
+    vectorised = True
 
     def step_size_cap(self):
         return 1.0
 
     def build(self, params, info):
-        return FrankWolfe(params, info["lmo"], rule="open_loop", ell=self.hp.ell)
+        return FrankWolfe(params, info["lmo"], rule="open_loop", ell=self.hp.ell,
+                          seeds=info.get("seeds"))
 
 
 @register
@@ -155,6 +177,7 @@ class FrankWolfeShortStep(StepSizeMethod):
         "Demyanov & Rubinov 1970 short step; backtracking: Pedregosa, Negiar, Askari & Jaggi, "
         "Linearly convergent Frank-Wolfe with backtracking line-search", 2020, _COPT)
     fidelity = "reference-checked"
+    vectorised = True
 
     @classmethod
     def requirements(cls, params):
@@ -168,7 +191,8 @@ class FrankWolfeShortStep(StepSizeMethod):
     def build(self, params, info):
         if self.hp.l_estimate == "task":
             return FrankWolfe(params, info["lmo"], rule="short_step",
-                              smoothness=float(info["smoothness"]))
+                              smoothness=info["smoothness"], seeds=info.get("seeds"))
         return FrankWolfe(params, info["lmo"], rule="backtracking",
                           smoothness=self.hp.initial_smoothness, tau=self.hp.tau, eta=self.hp.eta,
-                          slack=self.hp.slack, max_backtracks=self.hp.max_backtracks)
+                          slack=self.hp.slack, max_backtracks=self.hp.max_backtracks,
+                          seeds=info.get("seeds"))

@@ -35,20 +35,23 @@ from workbench.registry import Reference, register
 
 
 class NormalizedLRGD(FlatOptimizer):
-    """``margins()`` gives y_i <a_i, theta> of the step's samples at the current parameters."""
+    """``margins()`` gives y_i <a_i, theta> of the step's samples at the current parameters;
+    on a seed axis each seed's (S, b), and beta_t = 1 / mean_i w_i per seed (over its own
+    samples only)."""
 
-    def __init__(self, params, lr: float, epsilon: float, margins):
+    def __init__(self, params, lr: float, epsilon: float, margins, seeds=None):
         super().__init__(params, {"lr": lr, "epsilon": epsilon})
+        self.seeds = seeds
         self._margins = margins
 
     def step(self, closure):
         loss = closure()
         group = self.param_groups[0]
         with torch.no_grad():
-            weight = float(torch.sigmoid(-self._margins()).mean())
-        step_size = group["lr"] / max(weight, group["epsilon"])
-        self._descend(self._grads(), step_size)
-        self.last_step_size = step_size
+            weight = torch.sigmoid(-self._margins()).mean(-1).double()
+        step_size = group["lr"] / torch.clamp(weight, min=group["epsilon"])
+        self._descend_per_seed(self._grads(), step_size)
+        self._report(step_size)
         return loss
 
 
@@ -67,9 +70,11 @@ class NormalizedLR(StepSizeMethod):
         2024,
     )
     fidelity = "reconstructed"
+    vectorised = True
 
     def step_size_cap(self):
         return self.hp.lr / self.hp.epsilon
 
     def build(self, params, info):
-        return NormalizedLRGD(params, self.hp.lr, self.hp.epsilon, info["margins"])
+        return NormalizedLRGD(params, self.hp.lr, self.hp.epsilon, info["margins"],
+                              seeds=info.get("seeds"))

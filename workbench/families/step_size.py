@@ -19,12 +19,17 @@ Seed axis (a method with ``vectorised = True``; ``execution: {seeds: vectorised}
 holds ``seeds`` = S and every parameter has a leading axis of S seeds. ``closure()`` returns the
 S per-seed losses (a tensor (S,)) and fills ``.grad`` with each seed's own gradient;
 ``closure(backward=False, active=mask)`` evaluates every seed's loss and counts a loss
-evaluation for the seeds in ``mask`` only. Every scalar the scheme computes is per seed
+evaluation for the seeds in ``mask`` only (``closure(active=mask)`` likewise a gradient
+evaluation: a probe only some seeds take). Every scalar the scheme computes is per seed
 (reductions over a seed's own slice); ``last_step_size`` is a float shared by all seeds or a
 tensor (S,). An ``info`` value that differs by seed (``f_star``, ``smoothness``) is a tensor
-(S,); only the inputs in ``SEED_AXIS_INPUTS`` are given on a seed axis. Contract check, on top
-of the above: the same 20 steps on three seeds' quadratics stacked give each seed the
-iterates and step sizes of its own run, to 1e-9 relative.
+(S,); only the inputs in ``SEED_AXIS_INPUTS`` are given on a seed axis. The callables among
+them (``SEED_AXIS_CALLABLES``: ``lmo``, ``margins``) cannot be stacked from the seeds' own: the
+task builds them on the seed axis itself, over the stacked tensors, each seed's rows its own
+(``lmo``: the gradients [(S, ...)] -> the vertices [(S, ...)]; ``margins``: () -> (S, b)).
+Contract check, on top of the above: the same 20 steps on three seeds' quadratics stacked
+(each with the ``lmo`` of the ball around its own start and its own margins) give each seed
+the iterates and step sizes of its own run, to 1e-9 relative.
 """
 
 from __future__ import annotations
@@ -65,7 +70,14 @@ REQUIRABLE: Mapping[str, str] = {
 
 #: The inputs a task can give on a seed axis (the others are callables of one seed's state).
 SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
-                              "loss_lower_bound", "smoothness", "return_upper_bound"})
+                              "loss_lower_bound", "smoothness", "return_upper_bound", "lmo",
+                              "margins"})
+
+#: The callables of ``SEED_AXIS_INPUTS``, as the task builds them on a seed axis of S:
+#: ``lmo`` takes the list of stacked gradients (S, ...) and returns the list of stacked
+#: vertices, seed s's vertex the argmin over its own feasible set of <g_s, s>; ``margins``
+#: returns the (S, b) margins y_i <a_i, x_s> of each seed's own samples of the step.
+SEED_AXIS_CALLABLES = frozenset({"lmo", "margins"})
 
 
 class StepSizeMethod(Method):
@@ -111,15 +123,22 @@ def step_sizes_taken(optimizer: torch.optim.Optimizer, seeds: int) -> list[float
     return [float(size)] * seeds
 
 
-def seed_axis_info(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def seed_axis_info(infos: Sequence[Mapping[str, Any]],
+                   on_axis: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``build``'s ``info`` on a seed axis from each seed's own: ``seeds`` = S, and each input
     of ``SEED_AXIS_INPUTS`` the seeds share as it is, one that differs by seed as a float64
-    tensor (S,); inputs that exist only per seed (callables) are left out."""
+    tensor (S,). The callables (``SEED_AXIS_CALLABLES``) come from ``on_axis``, the ones the
+    task built over the stacked tensors; the seeds' own callables are left out."""
     info: dict[str, Any] = {"seeds": len(infos)}
-    for key in SEED_AXIS_INPUTS & set(infos[0]):
+    for key in (SEED_AXIS_INPUTS - SEED_AXIS_CALLABLES) & set(infos[0]):
         values = [i[key] for i in infos]
         info[key] = (values[0] if all(v == values[0] for v in values)
                      else torch.tensor([float(v) for v in values], dtype=torch.float64))
+    for key, value in (on_axis or {}).items():
+        if key not in SEED_AXIS_CALLABLES:
+            raise ValueError(f"{key!r} is not an input a task builds on a seed axis; "
+                             f"allowed: {', '.join(sorted(SEED_AXIS_CALLABLES))}")
+        info[key] = value
     return info
 
 
@@ -202,18 +221,21 @@ def _quadratic(seed: int = 0):
 
     rows = torch.randn(5, dim, generator=gen, dtype=torch.float64)
 
+    def margins_at(variables):
+        return rows @ torch.cat([v.detach().reshape(-1) for v in variables])
+
     def margins():
-        return rows @ torch.cat([p.detach().reshape(-1) for p in params])
+        return margins_at(params)
 
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
             "return_upper_bound": 500.0, "margins": margins}
-    return params, closure, calls, info, loss_at
+    return params, closure, calls, info, loss_at, margins_at
 
 
 def check_configuration(cls, overrides, method) -> None:
     """The step-size contract on one configuration (see the module docstring)."""
-    params, closure, calls, info, _ = _quadratic()
+    params, closure, calls, info, *_ = _quadratic()
     cap = guarded("in step_size_cap()", method.step_size_cap)
     if not is_real(cap) or math.isnan(cap) or cap < 0:
         raise ContractViolation(
@@ -260,7 +282,7 @@ def _check_seed_axis(method) -> None:
             "task cannot give on a seed axis; declare vectorised = False")
     alone = []
     for seed in SEED_AXIS_SEEDS:
-        params, closure, _, info, _ = _quadratic(seed)
+        params, closure, _, info, *_ = _quadratic(seed)
         optimizer = type(method)(**method.params).build(params, info)
         path = []
         for _ in range(STEPS):
@@ -312,6 +334,17 @@ def _stacked_quadratics(seed_list):
                                             "loss_lower_bound", "return_upper_bound")}
     info["smoothness"] = torch.tensor([i["smoothness"] for i in infos], dtype=torch.float64)
     info["seeds"] = len(seed_list)
+
+    def lmo(grads):  # each seed's vertex on the ball around its own start
+        vertices = [i["lmo"]([g[s] for g in grads]) for s, i in enumerate(infos)]
+        return [torch.stack(column) for column in zip(*vertices, strict=True)]
+
+    margins_of = [part[5] for part in parts]
+
+    def margins():
+        return torch.stack([at([p[s] for p in params]) for s, at in enumerate(margins_of)])
+
+    info["lmo"], info["margins"] = lmo, margins
     return params, closure, info
 
 

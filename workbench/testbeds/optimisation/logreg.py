@@ -147,7 +147,13 @@ def pure_formulas(params: LogRegParams, x: torch.Tensor, y: torch.Tensor) -> Pur
             "train/min_margin": margins.amin(-1),
         }
 
-    return Pure((x, y), loss, metrics)
+    def margins(variables, data, idx):
+        """y_i <x_i, w> of the step's rows (``REQUIRABLE["margins"]``)."""
+        (w,), (xs, ys) = variables, data
+        xb, yb = (xs, ys) if idx is None else rows(idx, xs, ys)
+        return yb * matvec(xb, w)
+
+    return Pure((x, y), loss, metrics, inputs={"margins": margins})
 
 
 def build_problem(params: LogRegParams, seed: int, device: torch.device,
@@ -161,22 +167,13 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
         (v,) = variables
         return F.softplus(-yi * (xi @ v)) + 0.5 * params.l2 * (v @ v)
 
-    current: dict = {}
-
-    @torch.no_grad()
-    def margins():
-        idx = current.get("batch")
-        xb, yb = (x, y) if idx is None else (x[idx], y[idx])
-        return yb * (xb @ w)
-
     info = {
         "loss_lower_bound": 0.0,
         "batches_per_epoch": batches_per_epoch(n, params.batch_size),
         "total_steps": total_steps,
-        "margins": margins,
-    }
+    }  # margins: the formulas' (pure_formulas)
     return pure_problem([w], n, pure_formulas(params, x, y), info, sample_loss=sample_loss,
-                        data=(x, y), current=current)
+                        data=(x, y))
 
 
 class LogReg(Task):

@@ -50,6 +50,10 @@ class Pure:
     # formulas of one seed's tensors only (a module's forward): mapped with torch.func.vmap
     # over a seed axis instead of called on the stacked tensors
     one_seed: bool = False
+    # step-size inputs given as formulas (``lmo``, ``margins``): name -> fn(variables, data,
+    # idx, *args) over leading axes; the optimizer's ``info[name](*args)`` is fn at the
+    # current variables and the step's rows, without gradient (``bound_inputs``)
+    inputs: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def evaluate(self, variables: list[torch.Tensor], step: int) -> dict[str, torch.Tensor]:
         """The metrics logged at ``step`` (the occasional ones every ``every`` steps)."""
@@ -62,7 +66,10 @@ class Pure:
         """These formulas over stacked ``data`` (a leading seed axis), mapped where they take
         one seed's tensors only."""
         if not self.one_seed:
-            return Pure(data, self.loss, self.metrics, self.occasional, self.every)
+            return Pure(data, self.loss, self.metrics, self.occasional, self.every,
+                        inputs=self.inputs)
+        if self.inputs:
+            raise ValueError("inputs of one-seed formulas cannot be mapped over a seed axis")
 
         def loss(variables, data, idx):
             if idx is None:
@@ -71,6 +78,35 @@ class Pure:
 
         occasional = None if self.occasional is None else vmap(self.occasional)
         return Pure(data, loss, vmap(self.metrics), occasional, self.every)
+
+
+    def bound_inputs(self, variables: Callable[[], list[torch.Tensor]],
+                     idx: Callable[[], torch.Tensor | None],
+                     lift: Callable[[Any], Any] = lambda v: v,
+                     drop: Callable[[Any], Any] = lambda v: v) -> dict[str, Callable[..., Any]]:
+        """``inputs`` as the optimizer's callables: ``info[name](*args)`` =
+        drop(fn(variables(), data, idx(), *lift(args))) without gradient."""
+
+        def bound(fn):
+            @torch.no_grad()
+            def call(*args):
+                return drop(fn(variables(), self.data, idx(), *lift(args)))
+            return call
+
+        return {name: bound(fn) for name, fn in self.inputs.items()}
+
+
+def _on_axis_of_one(value: Any) -> Any:
+    """Tensors (alone or in a list or tuple) with a leading seed axis of one."""
+    if isinstance(value, torch.Tensor):
+        return value.unsqueeze(0)
+    return type(value)(_on_axis_of_one(v) for v in value)
+
+
+def _off_axis_of_one(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value[0]
+    return type(value)(_off_axis_of_one(v) for v in value)
 
 
 @dataclass
@@ -141,7 +177,15 @@ def pure_problem(variables: list[torch.Tensor], n_samples: int, pure: Pure,
         evaluations += 1
         return {key: float(value.reshape(-1)[0]) for key, value in metrics.items()}
 
-    return Problem(variables, n_samples, batch_loss, evaluate, info, pure=pure, **extra)
+    current = extra.setdefault("current", {})
+
+    def step_rows():
+        idx = current.get("batch")
+        return None if idx is None else idx.unsqueeze(0)
+
+    given = one.bound_inputs(lifted, step_rows, _on_axis_of_one, _off_axis_of_one)
+    return Problem(variables, n_samples, batch_loss, evaluate, {**info, **given}, pure=pure,
+                   **extra)
 
 
 @dataclass(frozen=True)

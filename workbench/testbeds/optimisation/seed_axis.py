@@ -8,7 +8,10 @@ built on the seed axis (``families.step_size``'s seed-axis contract) steps all s
 A seed whose loss stops being finite stops (its rows are frozen: no gradient, no counts, no
 more metrics) while the others go on. The batch-size slot takes only methods declared
 ``vectorised`` (schedules, whose sizes the seeds share). ``time/wall_seconds`` is each seed's
-share of the batch's optimizer time (the batch's time / S).
+share of the batch's optimizer time (the batch's time / S). The step-size inputs the formulas
+give (``Pure.inputs``: ``lmo``, ``margins``) are built here over the stacked variables and the
+step's rows; ``closure(active=mask)`` (a probe some seeds take) counts a gradient evaluation
+for the seeds in ``mask`` only.
 """
 
 from __future__ import annotations
@@ -52,13 +55,14 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     pure = first.on_seed_axis(tuple(_stacked([p.pure.data[j] for p in problems])
                                     for j in range(len(first.data))))
     data = pure.data
-    optimizer = step_method.build(variables, seed_axis_info([p.info for p in problems]))
+    batch: torch.Tensor | None = None
+    on_axis = pure.bound_inputs(lambda: variables, lambda: batch)
+    optimizer = step_method.build(variables, seed_axis_info([p.info for p in problems], on_axis))
     n_samples = problems[0].n_samples
     streams = [Batches(p.n_samples, seed, device) for p, seed in zip(problems, seeds, strict=True)]
     live = torch.ones(n_seeds, dtype=torch.bool, device=device)
     grad_evals = torch.zeros(n_seeds, dtype=torch.int64, device=device)
     loss_evals = torch.zeros_like(grad_evals)
-    batch: torch.Tensor | None = None
 
     def losses(values: list[torch.Tensor]) -> torch.Tensor:
         return pure.loss(values, data, batch)
@@ -69,7 +73,7 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
             loss_evals = loss_evals + (live if active is None else live & active)
             with torch.no_grad():
                 return losses(variables)
-        grad_evals = grad_evals + live
+        grad_evals = grad_evals + (live if active is None else live & active)
         optimizer.zero_grad(set_to_none=False)
         # a stopped seed's rows are detached: no gradient, whatever its values became
         value = losses([torch.where(_per_seed(live, v), v, v.detach()) for v in variables])

@@ -21,7 +21,8 @@ reached). The run starts at the barycentre (simplex: 1/d; ball: the origin) or a
 (e_1, or radius * e_1). Logged each step: ``train/fw_gap`` = <g, x - s> at the current
 point (an upper bound on f - f*), ``train/suboptimality`` and ``train/infeasibility``
 (distance-like violation of the constraint, 0 for Frank-Wolfe iterates; methods without an
-LMO leave the set).
+LMO leave the set). On a seed axis (``run_seeds``) each seed keeps its own data, f*,
+smoothness and start; the LMO acts row by row on the stacked gradients.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
 from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
-from workbench.testbeds.optimisation.loop import Problem, train
+from workbench.testbeds.optimisation.loop import Problem, Pure, matvec, pure_problem, train
+from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 _L1_KEYS = ("radius", "condition_number", "noise")
 
@@ -71,16 +73,14 @@ class SimplexParams(TaskParams):
 
 
 def simplex_lmo(g: torch.Tensor) -> torch.Tensor:
-    s = torch.zeros_like(g)
-    s[torch.argmin(g)] = 1.0
-    return s
+    """e_j with j = argmin_j g_j, over the last axis (each leading row its own)."""
+    return torch.zeros_like(g).scatter_(-1, torch.argmin(g, dim=-1, keepdim=True), 1.0)
 
 
 def l1_ball_lmo(g: torch.Tensor, radius: float) -> torch.Tensor:
-    s = torch.zeros_like(g)
-    j = torch.argmax(g.abs())
-    s[j] = -radius * torch.sign(g[j])
-    return s
+    """-radius sign(g_j) e_j with j = argmax_j |g_j|, over the last axis."""
+    j = torch.argmax(g.abs(), dim=-1, keepdim=True)
+    return torch.zeros_like(g).scatter_(-1, j, -radius * torch.sign(g.gather(-1, j)))
 
 
 class _Objective:
@@ -258,6 +258,41 @@ def _start(params: SimplexParams) -> torch.Tensor:
     return torch.zeros(d, dtype=torch.float64)
 
 
+def pure_formulas(params: SimplexParams, data: tuple[torch.Tensor, ...]) -> Pure:
+    """Loss, metrics and the LMO as functions of (x,) and the data (the matrix R or A, b (zeros
+    for the portfolio), f*), over any leading (seed) axes. The gradient in ``train/fw_gap`` is
+    the analytic one: portfolio -R^T (1 / (R x)) / n, least squares A^T (A x - b) / n."""
+    portfolio, radius = params.problem == "portfolio", params.radius
+
+    def lmo_of(g):
+        return simplex_lmo(g) if portfolio else l1_ball_lmo(g, radius)
+
+    def loss(variables, data, _idx):
+        (x,), (a, b, _) = variables, data
+        if portfolio:
+            return -torch.log(matvec(a, x)).mean(-1)
+        return 0.5 * ((matvec(a, x) - b) ** 2).mean(-1)
+
+    def metrics(variables, data):
+        (x,), (a, b, f_star) = variables, data
+        value = loss(variables, data, None)
+        weights = -1.0 / matvec(a, x) if portfolio else matvec(a, x) - b
+        g = (a * weights.unsqueeze(-1)).sum(-2) / a.shape[-2]
+        if portfolio:
+            infeasible = torch.maximum((x.sum(-1) - 1.0).abs(),
+                                       torch.clamp(-x, min=0.0).amax(-1))
+        else:
+            infeasible = torch.clamp(x.abs().sum(-1) - radius, min=0.0)
+        return {"train/loss": value, "train/suboptimality": value.double() - f_star,
+                "train/fw_gap": (g * (x - lmo_of(g))).sum(-1), "train/infeasibility": infeasible}
+
+    def lmo(_variables, _data, _idx, grads):
+        (g,) = grads
+        return [lmo_of(g.detach())]
+
+    return Pure(data, loss, metrics, inputs={"lmo": lmo})
+
+
 def build_problem(params: SimplexParams, seed: int, device: torch.device,
                   total_steps: int) -> Problem:
     data_seed = seed if params.data_seed is None else params.data_seed
@@ -267,26 +302,15 @@ def build_problem(params: SimplexParams, seed: int, device: torch.device,
     f_star, accuracy = float(exact.value(x_star)), exact.fw_gap(x_star)
     objective = exact.to(device, getattr(torch, params.dtype))
     x = start.to(device, objective.data.dtype).requires_grad_(True)
-
-    def batch_loss(_idx):
-        return objective.value(x)
-
-    @torch.no_grad()
-    def evaluate():
-        loss = float(objective.value(x))
-        return {"train/loss": loss, "train/suboptimality": loss - f_star,
-                "train/fw_gap": objective.fw_gap(x),
-                "train/infeasibility": objective.infeasibility(x)}
-
-    def lmo(grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        (g,) = grads
-        return [objective.lmo(g.detach())]
-
+    n = objective.data.shape[0]
+    b = torch.zeros(n, dtype=x.dtype, device=device) if objective.b is None else objective.b
+    pure = pure_formulas(params, (objective.data, b,
+                                  torch.tensor(f_star, dtype=torch.float64, device=device)))
     diameter = math.sqrt(2.0) if params.problem == "portfolio" else 2.0 * params.radius
     info = {"f_star": f_star, "loss_lower_bound": f_star - accuracy, "smoothness": smoothness,
-            "lmo": lmo, "diameter": diameter, "f_star_accuracy": accuracy,
-            "batches_per_epoch": 1, "total_steps": total_steps}
-    return Problem([x], objective.data.shape[0], batch_loss, evaluate, info)
+            "diameter": diameter, "f_star_accuracy": accuracy, "batches_per_epoch": 1,
+            "total_steps": total_steps}  # lmo: the formulas' (pure_formulas)
+    return pure_problem([x], n, pure, info)
 
 
 class Simplex(Task):
@@ -306,3 +330,8 @@ class Simplex(Task):
         optimizer = methods["step_size"].build(problem.variables, problem.info)
         return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
                      device=device, log=log)
+
+    def run_seeds(self, params, methods, *, seeds, device, budget, log):
+        problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+        return train_seeds(problems, methods["step_size"], batch_size=None, budget=budget,
+                           seeds=seeds, device=device, log=log)
