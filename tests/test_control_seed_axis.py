@@ -17,7 +17,8 @@ from tests.test_seed_axis import (
     run_together,
 )
 from workbench import registry
-from workbench.families import StepSizeMethod
+from workbench.families import ContractViolation, StepSizeMethod, check
+from workbench.families.step_size import check_configuration as check_step_size
 from workbench.optim import FlatOptimizer
 from workbench.registry import _REGISTRY, Reference, register
 from workbench.testbeds import get_task
@@ -201,7 +202,44 @@ def test_auto_runs_control_vectorised_and_gymnasium_sequentially(tmp_path, write
     gymnasium = study(env="CartPole-v1", backend="gymnasium")
     assert [p.vectorised for p in gymnasium.studies] == [False]
     assert any("seeds run sequentially" in n and "Gymnasium" in n for n in gymnasium.notes)
-    kl = resolved(tmp_path, write_spec, execution={"seeds": "auto"},
-                  task={"name": "cartpole", "params": {}},
-                  methods={"step_size": ["kl_adaptive"]}, budget={"steps": 2})
-    assert [p.vectorised for p in kl.studies] == [False]
+    rl_stats = resolved(tmp_path, write_spec, execution={"seeds": "auto"},
+                        task={"name": "cartpole", "params": {}},
+                        methods={"step_size": ["kl_adaptive", "pg_polyak"]},
+                        budget={"steps": 2})
+    assert [p.vectorised for p in rl_stats.studies] == [True, True]
+
+
+def test_kl_adaptive_and_pg_polyak_observe_each_seeds_own_statistics():
+    """The step sizes that adapt to RL statistics: each seed's lr follows its own KL, each
+    seed's Polyak gap its own return."""
+    for name in ("kl_adaptive", "pg_polyak"):
+        params = ({"lr": 1e-3, "kl_target": 1e-4} if name == "kl_adaptive"
+                  else {"c": 1e5})  # below the cap: the step is set by each seed's gap
+        methods = {"step_size": registry.get("step_size", name)(**params),
+                   "batch_size": registry.get("batch_size", "constant")(),
+                   "entropy": registry.get("entropy", "constant")(),
+                   "advantage": registry.get("advantage", "gae")()}
+        _, together = both("cartpole", {**SMALL, "num_envs": 6}, methods, [0, 1, 2], 4)
+        sizes = {seed: rows[-1][1]["method/step_size"] for seed, rows in together.items()}
+        assert len(set(sizes.values())) > 1, (name, sizes)
+
+
+def test_the_contract_refuses_an_lr_adapted_from_the_kl_of_all_seeds():
+    kl_adaptive = registry.get("step_size", "kl_adaptive")
+
+    class MeanKL(kl_adaptive):
+        def build(self, params, info):
+            optimizer = super().build(params, info)
+            own = optimizer.observe
+
+            def observe(stats):
+                kl = stats["approx_kl"]
+                own({**stats, "approx_kl": kl.mean().expand(kl.shape)
+                     if isinstance(kl, torch.Tensor) else kl})
+
+            optimizer.observe = observe
+            return optimizer
+
+    with pytest.raises(ContractViolation, match="on a seed axis, seed"):
+        check_step_size(MeanKL, {}, MeanKL())
+    assert check(kl_adaptive) == []

@@ -35,18 +35,33 @@ from workbench.registry import Reference, register
 
 
 class KLAdaptiveAdam(torch.optim.Adam):
-    """``torch.optim.Adam`` with ``observe(stats)`` adapting the lr of every group."""
+    """``torch.optim.Adam`` with ``observe(stats)`` adapting the lr of every group.
 
-    def __init__(self, params, *, lr, betas, eps, kl_target, factor, lr_min, lr_max):
+    On a seed axis each seed has its own lr (``seed_lr``, (S,)), adapted from its own KL.
+    Adam's displacement is linear in lr (no weight decay), so the step is taken at lr 1 and
+    each seed's displacement scaled by its own lr.
+    """
+
+    def __init__(self, params, *, lr, betas, eps, kl_target, factor, lr_min, lr_max,
+                 seeds=None):
         super().__init__(params, lr=lr, betas=betas, eps=eps)
+        self.seeds = seeds
         for group in self.param_groups:
             group.update(kl_target=kl_target, factor=factor, lr_min=lr_min, lr_max=lr_max)
+            if seeds is not None:
+                group.update(lr=1.0, seed_lr=torch.full((seeds,), float(lr),
+                                                        dtype=torch.float64))
 
     @property
-    def last_step_size(self) -> float:
-        return float(self.param_groups[0]["lr"])
+    def last_step_size(self):
+        if self.seeds is None:
+            return float(self.param_groups[0]["lr"])
+        return self.param_groups[0]["seed_lr"].clone()
 
     def observe(self, stats) -> None:
+        if self.seeds is not None:
+            self._observe_per_seed(torch.as_tensor(stats["approx_kl"], dtype=torch.float64))
+            return
         kl = float(stats["approx_kl"])
         if not math.isfinite(kl):
             return
@@ -55,6 +70,28 @@ class KLAdaptiveAdam(torch.optim.Adam):
                 group["lr"] = max(group["lr"] / group["factor"], group["lr_min"])
             elif kl < 0.5 * group["kl_target"]:
                 group["lr"] = min(group["lr"] * group["factor"], group["lr_max"])
+
+    def _observe_per_seed(self, kl: torch.Tensor) -> None:
+        """The rule above for each seed's lr (a NaN KL matches neither test)."""
+        for group in self.param_groups:
+            lr = group["seed_lr"]
+            shrunk = torch.clamp(lr / group["factor"], min=group["lr_min"])
+            grown = torch.clamp(lr * group["factor"], max=group["lr_max"])
+            group["seed_lr"] = torch.where(kl > 2.0 * group["kl_target"], shrunk,
+                                           torch.where(kl < 0.5 * group["kl_target"], grown,
+                                                       lr))
+
+    def step(self, closure=None):
+        if self.seeds is None:
+            return super().step(closure)
+        before = [[p.detach().clone() for p in group["params"]] for group in self.param_groups]
+        loss = super().step(closure)  # every group at lr 1
+        with torch.no_grad():
+            for group, origins in zip(self.param_groups, before, strict=True):
+                for p, origin in zip(group["params"], origins, strict=True):
+                    lr = group["seed_lr"].to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
+                    p.copy_(origin + (p - origin) * lr)
+        return loss
 
 
 @register
@@ -79,6 +116,7 @@ class KLAdaptive(StepSizeMethod):
         "Denys88/rl_games rl_games/common/schedulers.py AdaptiveScheduler",
     )
     fidelity = "reference-checked"
+    vectorised = True
 
     @classmethod
     def resolve(cls, params):
@@ -96,4 +134,4 @@ class KLAdaptive(StepSizeMethod):
         return KLAdaptiveAdam(params, lr=self.hp.lr, betas=(self.hp.beta1, self.hp.beta2),
                               eps=self.hp.eps, kl_target=self.hp.kl_target,
                               factor=self.hp.factor, lr_min=self.hp.lr_min,
-                              lr_max=self.hp.lr_max)
+                              lr_max=self.hp.lr_max, seeds=info.get("seeds"))

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Choice, Float
 from workbench.optim import FlatOptimizer
@@ -38,34 +40,40 @@ from workbench.registry import Reference, register
 
 
 class PolicyGradientPolyak(FlatOptimizer):
-    """SGD with the Polyak step from the observed return; state in ``param_groups[0]``."""
+    """SGD with the Polyak step from the observed return; state in ``param_groups[0]``. On a
+    seed axis the return estimate, the gap, ||g||^2 and the step are each seed's own."""
 
-    def __init__(self, params, *, c, gamma_max, eps, return_upper_bound, first_step):
+    def __init__(self, params, *, c, gamma_max, eps, return_upper_bound, first_step,
+                 seeds=None):
         defaults = {"c": c, "gamma_max": gamma_max, "eps": eps,
                     "return_upper_bound": return_upper_bound, "first_step": first_step,
                     "return_estimate": math.nan}
         super().__init__(params, defaults)
+        self.seeds = seeds
+        if seeds is not None:
+            self.param_groups[0]["return_estimate"] = self._as_seed_scalar(math.nan)
 
     def observe(self, stats) -> None:
-        value = float(stats["episodic_return"])
-        if math.isfinite(value):
-            self.param_groups[0]["return_estimate"] = value
+        group = self.param_groups[0]
+        value = self._as_seed_scalar(stats["episodic_return"])
+        estimate = self._as_seed_scalar(group["return_estimate"])
+        group["return_estimate"] = self._kept(torch.where(torch.isfinite(value), value,
+                                                          estimate))
 
     def _update(self) -> None:
         group = self.param_groups[0]
         grads = self._live_grads()
-        estimate = group["return_estimate"]
-        if math.isnan(estimate):
-            gamma = group["gamma_max"] if group["first_step"] == "gamma_max" else 0.0
-        else:
-            gap = max(group["return_upper_bound"] - estimate, 0.0)
-            denominator = group["c"] * self._norm_sq(grads) + group["eps"]
-            if denominator > 0:
-                gamma = min(gap / denominator, group["gamma_max"])
-            else:  # no gradient and eps = 0: the step does not move the parameters
-                gamma = group["gamma_max"] if gap > 0 else 0.0
-        self._descend(grads, gamma)
-        self.last_step_size = gamma
+        estimate = self._as_seed_scalar(group["return_estimate"])
+        gap = torch.clamp(group["return_upper_bound"] - estimate, min=0.0)
+        denominator = group["c"] * self._sq_per_seed(grads) + group["eps"]
+        # no gradient and eps = 0: the step does not move the parameters
+        gamma = torch.where(denominator > 0,
+                            torch.clamp(gap / denominator, max=group["gamma_max"]),
+                            torch.where(gap > 0, group["gamma_max"], 0.0))
+        first = group["gamma_max"] if group["first_step"] == "gamma_max" else 0.0
+        gamma = torch.where(torch.isnan(estimate), first, gamma)
+        self._descend_per_seed(grads, gamma)
+        self._report(gamma)
 
 
 @register
@@ -84,6 +92,7 @@ class PGPolyak(StepSizeMethod):
         "Li et al., Enhancing policy gradient with the Polyak step-size adaption", 2024,
     )
     fidelity = "reconstructed"
+    vectorised = True
 
     def step_size_cap(self):
         return self.hp.gamma_max
@@ -91,4 +100,5 @@ class PGPolyak(StepSizeMethod):
     def build(self, params, info):
         return PolicyGradientPolyak(params, c=self.hp.c, gamma_max=self.hp.gamma_max,
                                     eps=self.hp.eps, first_step=self.hp.first_step,
-                                    return_upper_bound=float(info["return_upper_bound"]))
+                                    return_upper_bound=float(info["return_upper_bound"]),
+                                    seeds=info.get("seeds"))

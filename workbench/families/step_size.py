@@ -27,6 +27,8 @@ tensor (S,). An ``info`` value that differs by seed (``f_star``, ``smoothness``)
 them (``SEED_AXIS_CALLABLES``: ``lmo``, ``margins``) cannot be stacked from the seeds' own: the
 task builds them on the seed axis itself, over the stacked tensors, each seed's rows its own
 (``lmo``: the gradients [(S, ...)] -> the vertices [(S, ...)]; ``margins``: () -> (S, b)).
+``observe(stats)`` (``rl_stats``) gets ``approx_kl`` and ``episodic_return`` as float64
+tensors (S,), each seed's own, and ``update`` as an int.
 Contract check, on top of the above: the same 20 steps on three seeds' quadratics stacked
 (each with the ``lmo`` of the ball around its own start and its own margins) give each seed
 the iterates and step sizes of its own run, to 1e-9 relative.
@@ -71,7 +73,7 @@ REQUIRABLE: Mapping[str, str] = {
 #: The inputs a task can give on a seed axis (the others are callables of one seed's state).
 SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
                               "loss_lower_bound", "smoothness", "return_upper_bound", "lmo",
-                              "margins"})
+                              "margins", "rl_stats"})
 
 #: The callables of ``SEED_AXIS_INPUTS``, as the task builds them on a seed axis of S:
 #: ``lmo`` takes the list of stacked gradients (S, ...) and returns the list of stacked
@@ -142,13 +144,18 @@ def seed_axis_info(infos: Sequence[Mapping[str, Any]],
     return info
 
 
-def observe_rl_stats(optimizer: torch.optim.Optimizer, *, approx_kl: float,
-                     episodic_return: float, update: int) -> None:
+def observe_rl_stats(optimizer: torch.optim.Optimizer, *, approx_kl: float | Sequence[float],
+                     episodic_return: float | Sequence[float], update: int) -> None:
     """Give a policy-gradient step's statistics (``REQUIRABLE["rl_stats"]``) to the
-    optimizer's ``observe``, where it defines one."""
+    optimizer's ``observe``, where it defines one; on a seed axis each seed's value (a
+    sequence of S numbers, given as a float64 tensor)."""
     observe = getattr(optimizer, "observe", None)
-    if observe is not None:
-        observe({"approx_kl": approx_kl, "episodic_return": episodic_return, "update": update})
+    if observe is None:
+        return
+    if isinstance(approx_kl, Sequence):
+        approx_kl = torch.tensor(approx_kl, dtype=torch.float64)
+        episodic_return = torch.tensor(episodic_return, dtype=torch.float64)
+    observe({"approx_kl": approx_kl, "episodic_return": episodic_return, "update": update})
 
 
 def minibatch_epochs(rows: int, *, epochs: int, minibatches: int, generator: torch.Generator,
@@ -285,9 +292,12 @@ def _check_seed_axis(method) -> None:
         params, closure, _, info, *_ = _quadratic(seed)
         optimizer = type(method)(**method.params).build(params, info)
         path = []
-        for _ in range(STEPS):
+        for step in range(STEPS):
             optimizer.step(closure)
             path.append(([p.detach().clone() for p in params], step_size_taken(optimizer)))
+            stats = _rl_stats(step, seed)
+            observe_rl_stats(optimizer, approx_kl=stats["approx_kl"],
+                             episodic_return=stats["episodic_return"], update=stats["update"])
         alone.append(path)
     params, closure, info = _stacked_quadratics(SEED_AXIS_SEEDS)
     optimizer = guarded("in build() on a seed axis",
@@ -295,6 +305,10 @@ def _check_seed_axis(method) -> None:
     for step in range(STEPS):
         guarded(f"at step {step} on a seed axis", lambda: optimizer.step(closure))
         sizes = step_sizes_taken(optimizer, len(SEED_AXIS_SEEDS))
+        each = [_rl_stats(step, seed) for seed in SEED_AXIS_SEEDS]
+        guarded(f"in observe() after step {step} on a seed axis", lambda: observe_rl_stats(
+            optimizer, approx_kl=[e["approx_kl"] for e in each],  # noqa: B023
+            episodic_return=[e["episodic_return"] for e in each], update=each[0]["update"]))  # noqa: B023
         for s, path in enumerate(alone):
             want_params, want_size = path[step]
             gap = max(float(((p.detach()[s] - w).abs() / (w.abs() + 1e-12)).max())
@@ -348,11 +362,13 @@ def _stacked_quadratics(seed_list):
     return params, closure, info
 
 
-def _rl_stats(step: int) -> dict[str, float]:
+def _rl_stats(step: int, seed: int = 0) -> dict[str, float]:
     """Synthetic ``observe`` statistics: a KL that swings across typical targets, a return
-    unknown at first (NaN) then rising towards the upper bound."""
-    return {"approx_kl": 0.001 * (1 + 30 * (step % 3 == 1)),
-            "episodic_return": math.nan if step < 2 else 20.0 * step, "update": step // 4}
+    unknown at first (NaN) then rising towards the upper bound; each seed's its own (seed 1's
+    KL swings a step later, seed 2's return is known a step later and runs higher)."""
+    return {"approx_kl": 0.001 * (1 + 30 * ((step + seed) % 3 == 1)),
+            "episodic_return": math.nan if step < 2 + seed // 2 else (20.0 + seed) * step,
+            "update": step // 4}
 
 
 def _check_step_size_value(optimizer, step: int, cap: float) -> None:

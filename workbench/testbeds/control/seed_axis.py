@@ -15,7 +15,8 @@ others go on. The batch-size slot takes only schedules (``vectorised`` batch met
 
 ``time/wall_seconds`` is each seed's share of the batch's time (the batch's time / S), so
 ``time/env_steps_per_second`` is the throughput of all S seeds together.
-Step-size methods that ``observe`` RL statistics (``rl_stats``) do not run on a seed axis.
+Step-size methods that ``observe`` RL statistics (``rl_stats``) get each seed's own after
+every optimizer step (a (S,) tensor each; the step-size family's seed-axis contract).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from workbench.families import (
     adjust_per_seed,
     mean_over_steps,
     minibatch_epochs,
+    observe_rl_stats,
     open_rl_seed_slots,
     step_sizes_taken,
 )
@@ -102,7 +104,7 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
         coefs = [entropy_slots[s].coefficient(update, rollout_entropy[s]) if live[s] else 0.0
                  for s in range(n_seeds)]
         update_args = (agent, optimizer, own, advantages, returns, coefs, entropy_slots, ppo,
-                       live)
+                       live, update, latest_return)
         if settings.algorithm == "ppo":
             stats = ppo_update_seeds(*update_args, minibatch_orders)
         else:
@@ -220,6 +222,7 @@ def ppo_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Optimize
                      own: list[Rollout], advantages: list[torch.Tensor],
                      returns: list[torch.Tensor], coefs: list[float],
                      entropy_slots: list[EntropySlot], settings: PPOSettings, live: list[bool],
+                     update: int, episodic_returns: list[float],
                      generators: list[torch.Generator]) -> list[dict[str, float]]:
     """``ppo.ppo_update`` for every seed: seed s's minibatches drawn with ``generators[s]``,
     its advantages standardised over its own batch or minibatch; each seed's metrics."""
@@ -275,6 +278,8 @@ def ppo_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Optimize
             if live[s]:
                 per_step[s].append({**stats[s], "train/grad_norm": norms[s],
                                     "method/step_size": sizes[s]})
+        observe_rl_stats(optimizer, approx_kl=[seed["train/approx_kl"] for seed in stats],
+                         episodic_return=episodic_returns, update=update)
     return [mean_over_steps(steps) if steps else {} for steps in per_step]
 
 
@@ -282,7 +287,8 @@ def reinforce_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Op
                            own: list[Rollout], advantages: list[torch.Tensor],
                            returns: list[torch.Tensor], coefs: list[float],
                            entropy_slots: list[EntropySlot], settings: PPOSettings,
-                           live: list[bool]) -> list[dict[str, float]]:
+                           live: list[bool], update: int,
+                           episodic_returns: list[float]) -> list[dict[str, float]]:
     """``reinforce.reinforce_update`` for every seed; each seed's metrics."""
     n_seeds = len(own)
     obs, actions = _by_seed([r.obs for r in own]), _by_seed([r.actions for r in own])
@@ -323,4 +329,7 @@ def reinforce_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Op
                 stats[s]["train/approx_kl"] = float(approx_kl(
                     log_probs[s], old_log_probs[s], torch.ones_like(log_probs[s])))
                 stats[s]["method/step_size"] = sizes[s]
+    observe_rl_stats(optimizer, approx_kl=[seed.get("train/approx_kl", math.nan)
+                                           for seed in stats],
+                     episodic_return=episodic_returns, update=update)
     return stats
