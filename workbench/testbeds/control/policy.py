@@ -78,12 +78,23 @@ class ActorCritic(nn.Module):
         return self._gauss_log_prob(out, actions), self._gauss_entropy(out)
 
     def _gauss_log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        z = (action - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
+        return gauss_log_prob(mean, action, self.log_std)
 
     def _gauss_entropy(self, mean: torch.Tensor) -> torch.Tensor:
-        per_dim = 0.5 + 0.5 * LOG_2PI + self.log_std
-        return per_dim.sum().expand(mean.shape[:-1])
+        return gauss_entropy(mean, self.log_std)
+
+
+def gauss_log_prob(mean: torch.Tensor, action: torch.Tensor,
+                   log_std: torch.Tensor) -> torch.Tensor:
+    """log N(action; mean, diag(exp(log_std))^2), summed over the action dimensions
+    (``log_std`` broadcast over the leading axes)."""
+    z = (action - mean) * torch.exp(-log_std)
+    return (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
+
+
+def gauss_entropy(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """The diagonal Gaussian's entropy, sum of 0.5 + 0.5 log(2 pi) + log_std, at each row."""
+    return (0.5 + 0.5 * LOG_2PI + log_std).sum(-1).expand(mean.shape[:-1])
 
 
 def _entropy(log_p: torch.Tensor) -> torch.Tensor:
@@ -164,13 +175,10 @@ class SeedAxisActorCritic:
         return torch.where(self._live[:, None], self.log_std, self.log_std.detach())
 
     def _gauss_log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        log_std = self._kept_log_std()[:, None]
-        z = (action - mean) * torch.exp(-log_std)
-        return (-0.5 * z * z - log_std - 0.5 * LOG_2PI).sum(-1)
+        return gauss_log_prob(mean, action, self._kept_log_std()[:, None])
 
     def _gauss_entropy(self, mean: torch.Tensor) -> torch.Tensor:
-        per_dim = 0.5 + 0.5 * LOG_2PI + self._kept_log_std()
-        return per_dim.sum(-1)[:, None].expand(mean.shape[:-1])
+        return gauss_entropy(mean, self._kept_log_std()[:, None])
 
 
 def _layers(stacked: dict[str, torch.Tensor], net: str, modules: int):

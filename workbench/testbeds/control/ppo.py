@@ -145,17 +145,23 @@ def minibatch_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch
         value_loss = 0.5 * torch.max((values - ret) ** 2, (clipped - ret) ** 2).mean(-1)
     else:
         value_loss = 0.5 * ((values - ret) ** 2).mean(-1)
+    loss, parts = combined_loss(pg_loss, value_loss, entropy, entropy_coef, adjusted, settings)
+    return loss, {**parts, **{f"train/{k}": pg_stats[k] for k in (
+        "approx_kl", "clip_frac_low", "clip_frac_high", "clip_frac")}}
+
+
+def combined_loss(pg_loss: torch.Tensor, value_loss: torch.Tensor, entropy: torch.Tensor,
+                  entropy_coef, adjusted: LossAdjustment,
+                  settings: PPOSettings) -> tuple[torch.Tensor, dict]:
+    """L = pg_loss + value_coef * L_V - c * mean(H) + extra_loss, and its three terms'
+    metrics (floats, or S values each on a seed axis)."""
     entropy_mean = entropy.mean(-1)
     loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
             + adjusted.extra_loss)
     with torch.no_grad():
         own = torch.stack([pg_loss, value_loss, entropy_mean]).tolist()
-    parts = {
-        "train/policy_loss": own[0], "train/value_loss": own[1], "train/entropy": own[2],
-        **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
-                                               "clip_frac_high", "clip_frac")},
-    }
-    return loss, parts
+    return loss, {"train/policy_loss": own[0], "train/value_loss": own[1],
+                  "train/entropy": own[2]}
 
 
 def _grad_norm(agent: ActorCritic, max_norm: float | None) -> float:

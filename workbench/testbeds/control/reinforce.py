@@ -23,7 +23,12 @@ from workbench.families import (
     step_size_taken,
 )
 from workbench.testbeds.control.policy import ActorCritic
-from workbench.testbeds.control.ppo import PPOSettings, _grad_norm, standardise
+from workbench.testbeds.control.ppo import (
+    PPOSettings,
+    _grad_norm,
+    combined_loss,
+    standardise,
+)
 from workbench.testbeds.control.rollout import Rollout
 from workbench.testbeds.shared.losses import approx_kl
 
@@ -85,10 +90,4 @@ def reinforce_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch
     pg_mask = adjusted.mask.reshape(terms.shape)
     pg_loss = (terms * pg_mask).sum(-1) / pg_mask.sum(-1).clamp_min(1.0)
     value_loss = 0.5 * ((values - ret) ** 2).mean(-1)
-    entropy_mean = entropy.mean(-1)
-    loss = (pg_loss + settings.value_coef * value_loss - entropy_coef * entropy_mean
-            + adjusted.extra_loss)
-    with torch.no_grad():
-        own = torch.stack([pg_loss, value_loss, entropy_mean]).tolist()
-    return loss, {"train/policy_loss": own[0], "train/value_loss": own[1],
-                  "train/entropy": own[2]}
+    return combined_loss(pg_loss, value_loss, entropy, entropy_coef, adjusted, settings)

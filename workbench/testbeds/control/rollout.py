@@ -38,7 +38,7 @@ class Rollout:
     last_value: torch.Tensor
     episode_returns: torch.Tensor  # returns of the episodes that ended in this rollout
     episode_lengths: torch.Tensor
-    episode_envs: torch.Tensor | None = None  # the environment of each (seed axis only)
+    episode_envs: torch.Tensor | None = None  # the environment (column) of each
 
     @property
     def size(self) -> int:
@@ -83,53 +83,8 @@ def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor, horizon: int
             generator: torch.Generator | None = None) -> tuple[Rollout, torch.Tensor]:
     """Run ``horizon`` steps from ``obs``, actions drawn with ``generator`` (None: torch's
     global RNG); returns the rollout and the observation after it."""
-    n, dtype, device = env.num_envs, obs.dtype, obs.device
-    obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
-    act_buf = None
-    floats = {k: torch.empty((horizon, n), dtype=dtype, device=device)
-              for k in ("log_probs", "entropy", "values", "rewards", "next_values")}
-    dones = torch.empty((horizon, n), dtype=torch.bool, device=device)
-    terminated = torch.empty_like(dones)
-    ep_returns, ep_lengths, truncations = [], [], []
-    for t in range(horizon):
-        obs_buf[t] = obs
-        action, log_prob, entropy = agent.sample(obs, generator)
-        if act_buf is None:
-            act_buf = torch.empty((horizon, *action.shape), dtype=action.dtype, device=device)
-        act_buf[t] = action
-        floats["log_probs"][t] = log_prob
-        floats["entropy"][t] = entropy
-        floats["values"][t] = agent.value(obs)
-        step = env.step(action)
-        floats["rewards"][t] = step.reward
-        torch.logical_or(step.terminated, step.truncated, out=dones[t])
-        terminated[t] = step.terminated
-        cut = step.truncated.nonzero().squeeze(-1)
-        if cut.numel():  # bootstrap from the final observation, not from the reset one
-            truncations.append((t, cut, agent.value(step.final_obs[cut])))
-        ended = dones[t].nonzero().squeeze(-1)
-        if ended.numel():
-            ep_returns.append(step.episode_return[ended])
-            ep_lengths.append(step.episode_length[ended])
-        obs = step.obs
-    last_value = agent.value(obs)
-    next_values = floats["next_values"]
-    next_values[:-1] = floats["values"][1:]
-    next_values[-1] = last_value
-    for t, cut, value in truncations:
-        next_values[t, cut] = value
-    empty = torch.empty(0, dtype=dtype, device=device)
-    rollout = Rollout(
-        obs=obs_buf, actions=act_buf, dones=dones, terminated=terminated, last_value=last_value,
-        episode_returns=torch.cat(ep_returns) if ep_returns else empty,
-        episode_lengths=torch.cat(ep_lengths) if ep_lengths else empty, **floats)
-    return rollout, obs
-
-
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - predicted] / Var[target] (NaN when the target is constant)."""
-    var = float(target.var())
-    return math.nan if var == 0 else 1.0 - float((target - predicted).var()) / var
+    return _collect(env, obs, horizon, lambda o: agent.sample(o, generator), agent.value,
+                    lambda final, cut: agent.value(final[cut]))
 
 
 @torch.no_grad()
@@ -140,46 +95,61 @@ def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor
     environments (``TorchEnv``'s ``streams``), block s acts with seed s's network and draws
     with ``generators[s]``; the rollout has S * N columns (``Rollout.seed`` cuts seed s's)."""
     seeds = agent.seeds
-    n_all, dtype, device = env.num_envs, obs.dtype, obs.device
-    n = n_all // seeds
+
+    def by_seed(o: torch.Tensor) -> torch.Tensor:
+        return o.view(seeds, o.shape[0] // seeds, -1)
+
+    def act(o):
+        return tuple(t.flatten(0, 1) for t in agent.sample(by_seed(o), generators, live))
+
+    def value(o):
+        return agent.value(by_seed(o)).flatten()
+
+    # each row's value from its own seed's network: all rows, then the truncated ones
+    return _collect(env, obs, horizon, act, value, lambda final, cut: value(final)[cut])
+
+
+def _collect(env: BatchedEnv, obs: torch.Tensor, horizon: int, act, value,
+             final_value) -> tuple[Rollout, torch.Tensor]:
+    """The rollout of ``horizon`` steps: ``act(obs)`` gives (action, log-probability,
+    entropy) per row, ``value(obs)`` V per row, ``final_value(final_obs, rows)`` V of the
+    truncated rows' final observations."""
+    n, dtype, device = env.num_envs, obs.dtype, obs.device
     obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
     act_buf = None
-    floats = {k: torch.empty((horizon, n_all), dtype=dtype, device=device)
+    floats = {k: torch.empty((horizon, n), dtype=dtype, device=device)
               for k in ("log_probs", "entropy", "values", "rewards", "next_values")}
-    dones = torch.empty((horizon, n_all), dtype=torch.bool, device=device)
+    dones = torch.empty((horizon, n), dtype=torch.bool, device=device)
     terminated = torch.empty_like(dones)
     ep_returns, ep_lengths, ep_envs, truncations = [], [], [], []
     for t in range(horizon):
         obs_buf[t] = obs
-        by_seed = obs.view(seeds, n, -1)
-        action, log_prob, entropy = agent.sample(by_seed, generators, live)
-        action = action.flatten(0, 1)
+        action, log_prob, entropy = act(obs)
         if act_buf is None:
             act_buf = torch.empty((horizon, *action.shape), dtype=action.dtype, device=device)
         act_buf[t] = action
-        floats["log_probs"][t] = log_prob.flatten()
-        floats["entropy"][t] = entropy.flatten()
-        floats["values"][t] = agent.value(by_seed).flatten()
+        floats["log_probs"][t] = log_prob
+        floats["entropy"][t] = entropy
+        floats["values"][t] = value(obs)
         step = env.step(action)
         floats["rewards"][t] = step.reward
         torch.logical_or(step.terminated, step.truncated, out=dones[t])
         terminated[t] = step.terminated
         cut = step.truncated.nonzero().squeeze(-1)
-        if cut.numel():  # bootstrap from the final observation, with each seed's network
-            final = agent.value(step.final_obs.view(seeds, n, -1)).flatten()
-            truncations.append((t, cut, final[cut]))
+        if cut.numel():  # bootstrap from the final observation, not from the reset one
+            truncations.append((t, cut, final_value(step.final_obs, cut)))
         ended = dones[t].nonzero().squeeze(-1)
         if ended.numel():
             ep_returns.append(step.episode_return[ended])
             ep_lengths.append(step.episode_length[ended])
             ep_envs.append(ended)
         obs = step.obs
-    last_value = agent.value(obs.view(seeds, n, -1)).flatten()
+    last_value = value(obs)
     next_values = floats["next_values"]
     next_values[:-1] = floats["values"][1:]
     next_values[-1] = last_value
-    for t, cut, value in truncations:
-        next_values[t, cut] = value
+    for t, cut, final in truncations:
+        next_values[t, cut] = final
     empty = torch.empty(0, dtype=dtype, device=device)
     rollout = Rollout(
         obs=obs_buf, actions=act_buf, dones=dones, terminated=terminated, last_value=last_value,
@@ -188,3 +158,9 @@ def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor
         episode_envs=(torch.cat(ep_envs) if ep_envs
                       else torch.empty(0, dtype=torch.long, device=device)), **floats)
     return rollout, obs
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target] (NaN when the target is constant)."""
+    var = float(target.var())
+    return math.nan if var == 0 else 1.0 - float((target - predicted).var()) / var
