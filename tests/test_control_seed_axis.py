@@ -243,3 +243,18 @@ def test_the_contract_refuses_an_lr_adapted_from_the_kl_of_all_seeds():
     with pytest.raises(ContractViolation, match="on a seed axis, seed"):
         check_step_size(MeanKL, {}, MeanKL())
     assert check(kl_adaptive) == []
+
+
+def test_the_advantage_contract_refuses_a_false_row_independence():
+    """The control seed axis folds the rows of all seeds into one call only for methods that
+    declare ``row_independent``; a batch-normalising estimator that claims it is refused."""
+    from workbench.families.advantage import check_configuration as check_advantage
+
+    reinforce_pp = registry.get("advantage", "reinforce_pp")
+
+    class Claims(reinforce_pp):
+        invariants = frozenset({"row_independent"})
+
+    with pytest.raises(ContractViolation, match="row_independent"):
+        check_advantage(Claims, {}, Claims())
+    assert "row_independent" in registry.get("advantage", "gae").invariants

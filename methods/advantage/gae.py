@@ -56,6 +56,7 @@ class GAE(AdvantageMethod):
         "(truncation bootstrap in OnPolicyAlgorithm.collect_rollouts)",
     )
     fidelity = "reference-checked"
+    invariants = frozenset({"row_independent"})
 
     def compute(self, *, rewards, values, dones, terminated, next_values, mask=None, **_):
         flags = structure(rewards, dones, terminated, mask)

@@ -56,6 +56,7 @@ class RewardToGo(AdvantageMethod):
         "openai/spinningup spinup/algos/pytorch/vpg/vpg.py (VPGBuffer.finish_path)",
     )
     fidelity = "reference-checked"
+    invariants = frozenset({"row_independent"})
 
     @classmethod
     def requirements(cls, params):

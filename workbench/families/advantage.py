@@ -19,7 +19,8 @@ next_values, dones, terminated, old_log_probs, node_ids and rubric at padded pos
 nothing at valid ones (values of the state of a valid step or of the state after one are
 kept); a method reading mc_values names through ``value_request`` only states valid steps
 start from, with at least one continuation, and changing mc_values elsewhere changes nothing;
-each declared invariant holds (``zero_mean_per_group``: atol 1e-6).
+each declared invariant holds (``zero_mean_per_group``: atol 1e-6; ``row_independent``: the
+rows computed in two calls, 0-2 and 3-7, equal one call's to 1e-12).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ TREE_SAMPLERS: Mapping[str, str] = {
 KNOWN_INVARIANTS: Mapping[str, str] = {
     "zero_mean_per_group": "within each group the advantages average to 0 over its valid "
                            "positions (every valid token counts once)",
+    "row_independent": "each row's advantages and returns depend on that row's inputs only: "
+                       "computed on a subset of the rows, they are the same (a loop may fold "
+                       "the rows of several seeds into one call)",
 }
 
 
@@ -311,6 +315,8 @@ def check_configuration(cls, overrides, method) -> None:
         problems.append(f"tree_sampler {cls.tree_sampler!r} is not a tree sampler; allowed: "
                         f"{', '.join(TREE_SAMPLERS)} or None")
     problems += _invariant_problems(cls, out[0], full["group_ids"], valid)
+    if "row_independent" in cls.invariants:
+        problems += _row_problems(method, inputs, out)
     if problems:
         raise ContractViolation(*problems)
 
@@ -344,6 +350,21 @@ def _value_request_problems(method, inputs, out, valid) -> list[str]:
                                                                            strict=True)):
         problems.append("compute() reads mc_values at states its value_request() did not name "
                         "(the loop estimates only the named ones)")
+    return problems
+
+
+def _row_problems(method, inputs, out) -> list[str]:
+    """``row_independent``: the first three rows and the other five, each computed alone,
+    give the rows of the whole call (relative and absolute 1e-12)."""
+    problems: list[str] = []
+    parts = [_compute(method, {k: v[rows] for k, v in inputs.items()},
+                      "in compute() on a subset of the rows", problems)
+             for rows in (slice(0, 3), slice(3, ROWS))]
+    for i, name in enumerate(("advantages", "returns")):
+        joined = torch.cat([part[i] for part in parts])
+        if not torch.allclose(joined, out[i], rtol=1e-12, atol=1e-12):
+            problems.append(f"declares invariant 'row_independent' but its {name} on rows 0-2 "
+                            f"and 3-{ROWS - 1} computed apart differ from one call on all rows")
     return problems
 
 

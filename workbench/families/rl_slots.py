@@ -9,7 +9,8 @@ it subtly different.
 On a seed axis (``open_rl_seed_slots``) the S seeds of a trial share one optimizer built on the
 seed axis (the step-size family's contract) and one batch-size schedule (a vectorised batch
 method's sizes never depend on a seed), while each seed has its own entropy method instance
-(its coefficient and state are its own); the loop calls the advantage method once per seed.
+(its coefficient and state are its own); the loop calls the advantage method once per seed
+(once on all seeds' rows for a method that declares ``row_independent``).
 """
 
 from __future__ import annotations

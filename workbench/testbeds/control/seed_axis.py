@@ -4,7 +4,8 @@ Each seed keeps what it has in ``loop.train``: its own N environments (a block o
 S * N-row environment, reset from its own stream), its own network (``SeedAxisActorCritic``:
 parameters stacked on a leading seed axis, every layer a batched matrix product), its own
 action and minibatch streams, advantages computed on its own rollout (the advantage method
-called once per seed, so every normalisation is the seed's own), its own entropy method
+called once per seed, so every normalisation is the seed's own; once on all rows for a method
+that declares ``row_independent``), its own entropy method
 instance, its own gradient clipping (the norm over its own parameters), its own counters and
 stopping. The loss of each seed is the sequential loop's formula (``ppo.minibatch_loss``,
 ``reinforce.reinforce_loss``) on that seed's rows of one batched forward pass; the S losses
@@ -99,7 +100,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
             if live[s] and episodes[s]:
                 latest_return[s] = episodes[s]["train/return"]
                 recent[s].extend(r.episode_returns.tolist())
-        advantages, returns = _advantages(slots.advantage, slots.advantage_inputs, own, live)
+        advantages, returns = _advantages(slots.advantage, slots.advantage_inputs, rollout,
+                                          own, live)
         rollout_entropy = [float(r.entropy.mean()) for r in own]
         coefs = [entropy_slots[s].coefficient(update, rollout_entropy[s]) if live[s] else 0.0
                  for s in range(n_seeds)]
@@ -158,9 +160,18 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
     return finals
 
 
-def _advantages(method, wanted: frozenset[str], own: list[Rollout], live: list[bool]
-                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each live seed's (A, R) in its rollout's (T, N) layout (zeros for a stopped seed)."""
+def _advantages(method, wanted: frozenset[str], rollout: Rollout, own: list[Rollout],
+                live: list[bool]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each live seed's (A, R) in its rollout's (T, N) layout (zeros for a stopped seed): one
+    call on the S * N rows of all seeds for a method that declares ``row_independent``, else
+    one call per seed on its own rows."""
+    if "row_independent" in method.invariants:
+        inputs = {k: v for k, v in rollout.as_advantage_inputs().items() if k in wanted}
+        folded = [t.T for t in method.compute(**inputs)]  # (T, S * N)
+        n = own[0].rewards.shape[1]
+        pairs = [[t[:, s * n:(s + 1) * n] if alive else torch.zeros_like(t[:, :n])
+                  for t in folded] for s, alive in enumerate(live)]
+        return [a for a, _ in pairs], [r for _, r in pairs]
     advantages, returns = [], []
     for r, alive in zip(own, live, strict=True):
         if alive:
