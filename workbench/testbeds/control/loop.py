@@ -28,7 +28,7 @@ from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
 from workbench.testbeds.control.reinforce import reinforce_update
-from workbench.testbeds.control.rollout import collect, explained_variance
+from workbench.testbeds.control.rollout import Rollout, collect, explained_variance
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 
@@ -108,21 +108,10 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         seconds += time.perf_counter() - started
         update += 1
 
-        metrics = {
-            **episodes, **stats,
-            "train/rollout_entropy": rollout_entropy,
-            "train/explained_variance": explained_variance(rollout.values.flatten(),
-                                                           returns.flatten()),
-            "adv/mean": float(advantages.mean()), "adv/std": float(advantages.std()),
-            "method/entropy_coef": entropy_coef,
-            "batch/size": float(rollout.size), "batch/num_envs": float(num_envs),
-            "batch/rollout_len": float(horizon),
-            "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
-            "cost/updates": float(update), "time/wall_seconds": seconds,
-            "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
-        }
-        if recent:
-            metrics["train/return_recent"] = sum(recent) / len(recent)
+        metrics = update_metrics(rollout, episodes, stats, advantages, returns,
+                                 rollout_entropy=rollout_entropy, entropy_coef=entropy_coef,
+                                 num_envs=num_envs, horizon=horizon, env_steps=env_steps,
+                                 update=update, seconds=seconds, recent=recent)
         log(update, metrics)
         if not (math.isfinite(stats.get("train/policy_loss", 0.0))
                 and math.isfinite(stats.get("train/value_loss", 0.0))
@@ -139,6 +128,30 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
             num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     return {**metrics, "steps": update, "diverged": diverged,
             "env_steps": env_steps, "device": str(device)}
+
+
+def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mapping[str, float],
+                   advantages: torch.Tensor, returns: torch.Tensor, *, rollout_entropy: float,
+                   entropy_coef: float, num_envs: int, horizon: int, env_steps: int,
+                   update: int, seconds: float, recent: deque[float]) -> dict[str, float]:
+    """The metrics one update logs for one run (its own rollout, advantages and statistics):
+    the same keys in the loop and on a seed axis, where ``seconds`` is the seed's share."""
+    metrics = {
+        **episodes, **stats,
+        "train/rollout_entropy": rollout_entropy,
+        "train/explained_variance": explained_variance(rollout.values.flatten(),
+                                                       returns.flatten()),
+        "adv/mean": float(advantages.mean()), "adv/std": float(advantages.std()),
+        "method/entropy_coef": entropy_coef,
+        "batch/size": float(rollout.size), "batch/num_envs": float(num_envs),
+        "batch/rollout_len": float(horizon),
+        "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
+        "cost/updates": float(update), "time/wall_seconds": seconds,
+        "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
+    }
+    if recent:
+        metrics["train/return_recent"] = sum(recent) / len(recent)
+    return metrics
 
 
 def finite_per_seed(params: list[torch.Tensor], seeds: int | None) -> torch.Tensor:

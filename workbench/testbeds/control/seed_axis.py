@@ -47,11 +47,12 @@ from workbench.testbeds.control.loop import (
     LoopSettings,
     _reshape,
     finite_per_seed,
+    update_metrics,
 )
 from workbench.testbeds.control.policy import SeedAxisActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, minibatch_loss, standardise
 from workbench.testbeds.control.reinforce import reinforce_loss
-from workbench.testbeds.control.rollout import Rollout, collect_seeds, explained_variance
+from workbench.testbeds.control.rollout import Rollout, collect_seeds
 from workbench.testbeds.shared.losses import approx_kl
 
 if TYPE_CHECKING:
@@ -119,22 +120,11 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
         for s in range(n_seeds):
             if not live[s]:
                 continue
-            metrics = {
-                **episodes[s], **stats[s],
-                "train/rollout_entropy": rollout_entropy[s],
-                "train/explained_variance": explained_variance(own[s].values.flatten(),
-                                                               returns[s].flatten()),
-                "adv/mean": float(advantages[s].mean()), "adv/std": float(advantages[s].std()),
-                "method/entropy_coef": coefs[s],
-                "batch/size": float(own[s].size), "batch/num_envs": float(num_envs),
-                "batch/rollout_len": float(horizon),
-                "cost/env_steps": float(env_steps), "cost/samples": float(env_steps),
-                "cost/updates": float(update), "time/wall_seconds": share,
-                "time/env_steps_per_second": env_steps / share if share > 0 else math.nan,
-            }
-            if recent[s]:
-                metrics["train/return_recent"] = sum(recent[s]) / len(recent[s])
-            shown[s] = metrics
+            shown[s] = update_metrics(
+                own[s], episodes[s], stats[s], advantages[s], returns[s],
+                rollout_entropy=rollout_entropy[s], entropy_coef=coefs[s], num_envs=num_envs,
+                horizon=horizon, env_steps=env_steps, update=update, seconds=share,
+                recent=recent[s])
         log(update, shown)
         spent = budget.spent(env_steps, share)
         finite = finite_per_seed(agent.parameters, seeds=n_seeds).tolist()
