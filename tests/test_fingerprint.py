@@ -444,6 +444,7 @@ def test_a_study_superseded_after_a_kill_leaves_no_run_running(write_spec, tmp_p
     import sys
 
     from workbench.engine import Claims, TrialRunner
+    from workbench.run_writer import RunWriter
     from workbench.sink import MetricSink
 
     document = tiny_spec(methods={"step_size": ["constant"]}, trials=2,
@@ -456,7 +457,8 @@ def test_a_study_superseded_after_a_kill_leaves_no_run_running(write_spec, tmp_p
     study = optuna.load_study(study_name=plan.name, storage=storage)
     trial = Claims(first, store, storage, client).claim(study, plan)
     with MetricSink(store.mlflow_url) as sink:  # its trial run and first seed run, opened
-        runner = TrialRunner(first, client, storage, sink, engine.resolve_device("cpu"), set())
+        runner = TrialRunner(first, client, RunWriter(client, store.mlflow_url), storage, sink,
+                             engine.resolve_device("cpu"), set())
         opened = runner._open(study, plan, trial)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)

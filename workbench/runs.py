@@ -145,13 +145,14 @@ def start_run(client, experiment_id: str, name: str, *, tags: Mapping[str, Any],
     run = client.create_run(experiment_id, run_name=name, tags=all_tags)
     run_id = run.info.run_id
     if params:
-        items = [Param(k, _param_value(v)) for k, v in params.items()]
+        items = [Param(k, param_value(v)) for k, v in params.items()]
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i : i + 100])
     return run_id
 
 
-def _param_value(value: Any) -> str:
+def param_value(value: Any) -> str:
+    """A param's stored text: cut to fit MLflow's longest param value."""
     text = str(value)
     return text if len(text) <= 6000 else text[:5997] + "..."
 

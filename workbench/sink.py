@@ -48,7 +48,7 @@ WRITTEN = {
                        frozenset({"key", "run_uuid"})),
 }
 MAX_FLOAT = 1.7976931348623157e308
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
 log = logging.getLogger(__name__)
 
 
@@ -105,12 +105,17 @@ class _SqliteWriter:
         return (frozenset(r[1] for r in rows), frozenset(r[1] for r in rows if r[5]))
 
     def write(self, rows, latest) -> None:
+        self.apply([(self.INSERT, rows), (self.UPSERT, latest)])
+
+    def apply(self, statements: list[tuple[str, list[tuple]]]) -> None:
+        """Run each (statement, rows) with ``executemany`` in one transaction, waiting (with
+        back-off) while another process holds the write lock. Placeholders are ``?``."""
         for attempt in range(50):
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 try:
-                    self.db.executemany(self.INSERT, rows)
-                    self.db.executemany(self.UPSERT, latest)
+                    for statement, rows in statements:
+                        self.db.executemany(statement, rows)
                     self.db.execute("COMMIT")
                     return
                 except BaseException:
@@ -120,7 +125,7 @@ class _SqliteWriter:
                 if "locked" not in str(err) and "busy" not in str(err):
                     raise
                 time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise sqlite3.OperationalError("database stayed locked for the metric sink")
+        raise sqlite3.OperationalError("the database stayed locked")
 
     def close(self) -> None:
         self.db.close()
@@ -195,6 +200,17 @@ class _PostgresWriter:
             self.db.rollback()
             raise
 
+    def apply(self, statements: list[tuple[str, list[tuple]]]) -> None:
+        """Run each (statement, rows) in one transaction; ``?`` placeholders become ``%s``."""
+        try:
+            with self.db.cursor() as cur:
+                for statement, rows in statements:
+                    cur.executemany(statement.replace("?", "%s"), rows)
+            self.db.commit()
+        except BaseException:
+            self.db.rollback()
+            raise
+
     def close(self) -> None:
         self.db.close()
 
@@ -220,6 +236,30 @@ class _ClientWriter:
 
     def close(self) -> None:
         pass
+
+
+def open_writer(url: str, written: Mapping[str, tuple[frozenset[str], frozenset[str]]],
+                who: str, instead: str) -> _SqliteWriter | _PostgresWriter | None:
+    """A direct writer to the store at ``url`` when every table in ``written`` has exactly the
+    (columns, primary key) listed; else None, after saying once per store and writer why
+    (``who`` then writes through MLflow's ``instead``)."""
+    if url.startswith("sqlite:///"):
+        writer = _SqliteWriter(url.removeprefix("sqlite:///"))
+    elif url.startswith("postgresql"):
+        writer = _PostgresWriter(url)
+    else:
+        writer = None
+    differ = [t for t, want in written.items() if writer and writer.layout(t) != want]
+    if writer is not None and not differ:
+        return writer
+    if writer is not None:
+        writer.close()
+    reason = f"the layout of {', '.join(differ)}" if writer else "this kind of store"
+    if (url, who) not in _warned:
+        _warned.add((url, who))
+        log.warning("%s: %s is not one it knows; writing through MLflow's %s instead "
+                    "(slower)", who, reason, instead)
+    return None
 
 
 class MetricSink:
@@ -251,23 +291,7 @@ class MetricSink:
 
     @staticmethod
     def _open(url: str, written):
-        if url.startswith("sqlite:///"):
-            writer = _SqliteWriter(url.removeprefix("sqlite:///"))
-        elif url.startswith("postgresql"):
-            writer = _PostgresWriter(url)
-        else:
-            writer = None
-        differ = [t for t, want in written.items() if writer and writer.layout(t) != want]
-        if writer is not None and not differ:
-            return writer
-        if writer is not None:
-            writer.close()
-        reason = f"the layout of {', '.join(differ)}" if writer else "this kind of store"
-        if url not in _warned:
-            _warned.add(url)
-            log.warning("metric sink: %s is not one it knows; writing through MLflow's "
-                        "log_batch instead (slower)", reason)
-        return _ClientWriter(url)
+        return open_writer(url, written, "metric sink", "log_batch") or _ClientWriter(url)
 
     @property
     def fast(self) -> bool:

@@ -1,7 +1,8 @@
 """Running one claimed trial: sample its hyperparameters, open its trial run, run the task once
 per seed (a seed run each, watched by a ``Monitor``), or, for a study that runs its seeds on a
 seed axis (``StudyPlan.vectorised``), once for all seeds (``Task.run_seeds``, a ``SeedsMonitor``
-over the seeds' monitors), close the runs, tell Optuna.
+over the seeds' monitors), close the runs, tell Optuna. Runs are opened and closed through a
+``RunWriter``: the trial's seed runs on a seed axis in one transaction each way.
 
 The trial's objective is its per-seed objectives aggregated as the spec says. A ``StopRun``
 from a seed prunes the trial; any other exception fails it (its traceback is logged to the
@@ -22,6 +23,7 @@ from workbench import runs, seeds, stats
 from workbench.engine.claims import Heartbeat
 from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
+from workbench.run_writer import NewRun, RunEnd, RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
 
@@ -127,10 +129,12 @@ class OpenTrial:
 
 @dataclass
 class TrialRunner:
-    """Runs the trials one worker claims, on ``device``, logging steps through ``sink``."""
+    """Runs the trials one worker claims, on ``device``, logging steps through ``sink`` and
+    opening and closing runs through ``writer``."""
 
     sweep: Sweep
     client: object  # an MlflowClient
+    writer: RunWriter
     storage: optuna.storages.BaseStorage
     sink: MetricSink
     device: torch.device
@@ -151,9 +155,9 @@ class TrialRunner:
                         _ask_wilcoxon(trial, index, seed, values[-1])
             except StopRun as stop:
                 trial.set_user_attr("prune_reason", stop.reason)
-                runs.finish_run(self.client, opened.run_id, "pruned",
-                                tags={runs.PRUNE_REASON: stop.reason,
-                                      runs.PRUNE_DETAIL: stop.detail})
+                self.writer.finish([RunEnd(opened.run_id, "pruned",
+                                           tags={runs.PRUNE_REASON: stop.reason,
+                                                 runs.PRUNE_DETAIL: stop.detail})])
                 study.tell(trial, state=TrialState.PRUNED)
                 return
             except BaseException as err:
@@ -162,10 +166,9 @@ class TrialRunner:
                     raise
                 return
         objective = stats.aggregate(values, sweep.spec.objective.aggregate)
-        runs.finish_run(self.client, opened.run_id, "complete",
-                        metrics={"objective": objective},
-                        name=f"{plan.label} t{trial.number} | {short_metric(sweep.metric)}="
-                             f"{objective:.4g}")
+        self.writer.finish([RunEnd(
+            opened.run_id, "complete", metrics={"objective": objective},
+            name=f"{plan.label} t{trial.number} | {short_metric(sweep.metric)}={objective:.4g}")])
         study.tell(trial, objective)
 
     def _open(self, study: optuna.Study, plan: StudyPlan, trial: optuna.Trial) -> OpenTrial:
@@ -188,41 +191,39 @@ class TrialRunner:
         tags = {**run_tags(sweep, plan, study, self.device),
                 "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
         experiment_id = study.user_attrs["mlflow_experiment_id"]
-        run_id = runs.start_run(
-            self.client, experiment_id, f"{plan.label} t{trial.number}",
-            tags={**tags, runs.KIND: runs.TRIAL}, params=params,
-            parent=study.user_attrs["mlflow_run_id"])
+        (run_id,) = self.writer.start(experiment_id, [NewRun(
+            f"{plan.label} t{trial.number}", {**tags, runs.KIND: runs.TRIAL}, params,
+            parent=study.user_attrs["mlflow_run_id"])])
         trial.set_user_attr("mlflow_run_id", run_id)
         self.client.log_dict(run_id, config, "config.yaml")
         return OpenTrial(study, plan, trial, methods, params, tags, run_id, experiment_id)
 
-    def _start_seed_run(self, opened: OpenTrial, seed: int) -> tuple[str, str]:
-        """Open seed ``seed``'s run below the trial run: (its id, its name)."""
-        name = f"{opened.plan.label} t{opened.trial.number} s{seed}"
-        run_id = runs.start_run(
-            self.client, opened.experiment_id, name,
-            tags={**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
-            params={**opened.params, "seed": seed}, parent=opened.run_id)
-        return run_id, name
+    def _start_seed_runs(self, opened: OpenTrial, seed_list: list[int]) -> list[tuple[str, str]]:
+        """Open the seed runs of ``seed_list`` below the trial run, in one write: (id, name)
+        of each."""
+        names = [f"{opened.plan.label} t{opened.trial.number} s{seed}" for seed in seed_list]
+        new = [NewRun(name, {**opened.tags, runs.KIND: runs.SEED, runs.SEED_TAG: seed},
+                      {**opened.params, "seed": seed}, parent=opened.run_id)
+               for name, seed in zip(names, seed_list, strict=True)]
+        return list(zip(self.writer.start(opened.experiment_id, new), names, strict=True))
 
-    def _end_seed_run(self, run_id: str, name: str, outcome: BaseException | float) -> None:
-        """Close a seed run: complete with its objective, pruned by a ``StopRun``, or failed."""
+    def _seed_end(self, run_id: str, name: str, outcome: BaseException | float) -> RunEnd:
+        """How a seed run ends: complete with its objective, pruned by a ``StopRun``, or
+        failed."""
         if isinstance(outcome, StopRun):
-            runs.finish_run(self.client, run_id, "pruned",
-                            tags={runs.PRUNE_REASON: outcome.reason,
-                                  runs.PRUNE_DETAIL: outcome.detail})
-        elif isinstance(outcome, BaseException):
-            runs.finish_run(self.client, run_id, "fail",
-                            tags={runs.FAIL_REASON: f"{type(outcome).__name__}: {outcome}"})
-        else:
-            runs.finish_run(self.client, run_id, "complete", metrics={"objective": outcome},
-                            name=f"{name} | {short_metric(self.sweep.metric)}={outcome:.4g}")
+            return RunEnd(run_id, "pruned", tags={runs.PRUNE_REASON: outcome.reason,
+                                                  runs.PRUNE_DETAIL: outcome.detail})
+        if isinstance(outcome, BaseException):
+            return RunEnd(run_id, "fail",
+                          tags={runs.FAIL_REASON: f"{type(outcome).__name__}: {outcome}"})
+        return RunEnd(run_id, "complete", metrics={"objective": outcome},
+                      name=f"{name} | {short_metric(self.sweep.metric)}={outcome:.4g}")
 
     def _run_seed(self, opened: OpenTrial, index: int, seed: int) -> float:
         """Run the task from ``seed`` (the trial's ``index``-th) in its own seed run; its
         objective. Raises ``StopRun`` when pruned or diverged, whatever the task raised else."""
         sweep, plan = self.sweep, opened.plan
-        seed_run, name = self._start_seed_run(opened, seed)
+        ((seed_run, name),) = self._start_seed_runs(opened, [seed])
         monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
         fresh: dict = {}
         try:
@@ -234,10 +235,10 @@ class TrialRunner:
             value = monitor.final_value(result)
         except BaseException as err:
             self.sink.flush()
-            self._end_seed_run(seed_run, name, err)
+            self.writer.finish([self._seed_end(seed_run, name, err)])
             raise
         self.sink.flush()
-        self._end_seed_run(seed_run, name, value)
+        self.writer.finish([self._seed_end(seed_run, name, value)])
         return value
 
     def _run_seeds_together(self, opened: OpenTrial) -> list[float]:
@@ -246,7 +247,7 @@ class TrialRunner:
         with it; afterwards, the first seed whose result diverged raises ``StopRun`` once all
         seed runs are closed (the others complete)."""
         sweep, plan = self.sweep, opened.plan
-        opened_runs = [self._start_seed_run(opened, seed) for seed in sweep.seeds]
+        opened_runs = self._start_seed_runs(opened, sweep.seeds)
         monitors = [Monitor(sweep, self.sink, run_id, None, seed, index)
                     for index, (seed, (run_id, _)) in enumerate(zip(sweep.seeds, opened_runs,
                                                                     strict=True))]
@@ -260,20 +261,20 @@ class TrialRunner:
                     self._warn_unused_knobs(plan, fresh, opened.run_id)
         except BaseException as err:
             self.sink.flush()
-            for run_id, name in opened_runs:
-                self._end_seed_run(run_id, name, err)
+            self.writer.finish([self._seed_end(run_id, name, err) for run_id, name in opened_runs])
             raise
         self.sink.flush()
-        values, stop = [], None
+        values, stop, ends = [], None, []
         for (run_id, name), monitor, result in zip(opened_runs, monitors, results, strict=True):
             try:
                 value = monitor.final_value(result)
             except StopRun as err:
                 stop = stop or err
-                self._end_seed_run(run_id, name, err)
+                ends.append(self._seed_end(run_id, name, err))
                 continue
-            self._end_seed_run(run_id, name, value)
+            ends.append(self._seed_end(run_id, name, value))
             values.append(value)
+        self.writer.finish(ends)
         if stop is not None:
             raise stop
         return values
@@ -302,7 +303,6 @@ class TrialRunner:
             self.client.log_text(opened.run_id, text, "traceback.txt")
             key = "fail_reason" if isinstance(err, Exception) else "interrupted"
             opened.trial.set_user_attr(key, reason)
-            runs.finish_run(self.client, opened.run_id, "fail",
-                            tags={runs.FAIL_REASON: reason})
+            self.writer.finish([RunEnd(opened.run_id, "fail", tags={runs.FAIL_REASON: reason})])
         finally:
             opened.study.tell(opened.trial, state=TrialState.FAIL)

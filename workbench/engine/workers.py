@@ -3,6 +3,7 @@ this process or several in spawned processes, and reports progress while they ru
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -21,6 +22,7 @@ from workbench.engine.evaluation import Evaluator, decide, held_out_values
 from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import make_pruner, setup
 from workbench.engine.trial import TrialRunner
+from workbench.run_writer import RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, Sweep, device_kind, load
 from workbench.store import Store
@@ -67,8 +69,10 @@ class Worker:
         experiment_id = client.get_experiment_by_name(self.sweep.name).experiment_id
         plans = self.sweep.studies
         start = self.index % len(plans)
-        with MetricSink(self.store.mlflow_url) as sink:
-            runner = TrialRunner(self.sweep, client, storage, sink, self.device, self.warned)
+        writer = RunWriter(client, self.store.mlflow_url)
+        with MetricSink(self.store.mlflow_url) as sink, contextlib.closing(writer):
+            runner = TrialRunner(self.sweep, client, writer, storage, sink, self.device,
+                                 self.warned)
             order = plans[start:] + plans[:start]
             for plan in order:
                 study = optuna.load_study(study_name=plan.name, storage=storage,
