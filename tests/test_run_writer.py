@@ -3,6 +3,7 @@
 import logging
 import math
 import sqlite3
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -135,3 +136,23 @@ def test_an_unknown_layout_goes_through_the_client_and_says_so_once(sqlite_store
             RunWriter(client, url, written=UNKNOWN).close()
     said = [r for r in caplog.records if "run writer" in r.getMessage()]
     assert len(said) == 1 and "runs" in said[0].getMessage()
+
+
+def test_an_artifact_written_directly_reads_back_as_the_clients(sqlite_store, tmp_path):
+    url, client, experiment = sqlite_store
+    text = "sweep: quickstart\nseeds:\n- 0\n"
+    opened = []
+    for writer in (RunWriter(client, url), RunWriter(client, url, written=UNKNOWN)):
+        (run_id,) = writer.start(experiment, [NewRun("r", {})])
+        writer.log_text(run_id, text, "config.yaml")
+        writer.log_text(run_id, text.upper(), "nested/again.txt")
+        writer.finish([RunEnd(run_id, "complete")])
+        writer.close()
+        opened.append(run_id)
+    for run_id in opened:
+        assert [a.path for a in client.list_artifacts(run_id)] == ["config.yaml", "nested"]
+        folder = Path(client.download_artifacts(run_id, "", str(tmp_path / run_id)))
+        assert (folder / "config.yaml").read_text() == text
+        assert (folder / "nested" / "again.txt").read_text() == text.upper()
+        assert sorted(p.name for p in folder.rglob("*")) == ["again.txt", "config.yaml",
+                                                             "nested"]

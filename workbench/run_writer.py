@@ -11,6 +11,8 @@ number of runs at once, in one transaction:
   experiment_id (``SqlAlchemyStore.create_run``);
 - ``tags``: the run's tags and ``mlflow.runName`` (plus ``mlflow.parentRunId`` for a child);
   ``params``: its parameters (a value longer than MLflow allows is cut as ``runs`` cuts it);
+- an artifact's text (``log_text``) straight into a local (``file:``) artifact folder, where
+  MLflow's local artifact repository puts it (other artifact stores: MLflow's client);
 - at the end: status and end_time (``update_run_info``), the end's tags (``mlflow.runName``
   also renames the run, as ``set_tag`` does) and its metrics at step 0 into ``metrics`` and
   ``latest_metrics`` (the sink's rows).
@@ -22,10 +24,12 @@ opens and closes runs through ``workbench.runs`` (MLflow's client) instead.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workbench import runs
@@ -90,6 +94,7 @@ class RunWriter:
         self.client = client
         self.writer = open_writer(tracking_url, written, "run writer", "client")
         self._locations: dict[str, str] = {}
+        self._artifacts: dict[str, str] = {}  # run id -> artifact URI, for runs still open
 
     @property
     def fast(self) -> bool:
@@ -108,9 +113,8 @@ class RunWriter:
         ids = [uuid.uuid4().hex for _ in new]
         run_rows, tag_rows, param_rows = [], [], []
         for run_id, n in zip(ids, new, strict=True):
-            run_rows.append((run_id, n.name, now, append_to_uri_path(location, run_id,
-                                                                     "artifacts"),
-                             int(experiment_id)))
+            self._artifacts[run_id] = append_to_uri_path(location, run_id, "artifacts")
+            run_rows.append((run_id, n.name, now, self._artifacts[run_id], int(experiment_id)))
             tags = {**{k: str(v) for k, v in n.tags.items()}, "mlflow.runName": n.name}
             if n.parent:
                 tags["mlflow.parentRunId"] = n.parent
@@ -130,6 +134,7 @@ class RunWriter:
         now = int(time.time() * 1000)
         tag_rows, renames, records = [], [], []
         for end in ends:
+            self._artifacts.pop(end.run_id, None)
             tag_rows.extend((k, str(v), end.run_id) for k, v in end.tags.items())
             if end.name:
                 tag_rows.append(("mlflow.runName", end.name, end.run_id))
@@ -142,6 +147,20 @@ class RunWriter:
             (INSERT_METRIC, [(*r[:5], bool(r[5])) for r in metric_rows]),
             (UPSERT_LATEST, [(*r[:4], bool(r[4]), r[5]) for r in latest_rows]),
             (END_RUN, [(runs.STATUS[end.state], now, end.run_id) for end in ends])])
+
+    def log_text(self, run_id: str, text: str, path: str) -> None:
+        """Store ``text`` as the open run's artifact ``path``."""
+        uri = self._artifacts.get(run_id)
+        if uri is None or not uri.startswith("file:"):
+            self.client.log_text(run_id, text, path)
+            return
+        from mlflow.utils.file_utils import local_file_uri_to_path
+
+        target = Path(local_file_uri_to_path(uri)) / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        partial.write_text(text)
+        os.replace(partial, target)  # whole or absent, even when the process is killed
 
     def close(self) -> None:
         if self.writer is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import optuna
 import torch
+import yaml
 from optuna.trial import TrialState
 
 from workbench import runs, seeds, stats
@@ -26,6 +27,9 @@ from workbench.engine.studies import plan_tags, short_metric
 from workbench.run_writer import NewRun, RunEnd, RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
+
+# MLflow's log_dict layout (yaml.dump, indent 2, block style), with libyaml's emitter when built
+YAML_DUMPER = getattr(yaml, "CDumper", yaml.Dumper)
 
 
 def suggest(trial: optuna.Trial, name: str, dist) -> object:
@@ -195,7 +199,8 @@ class TrialRunner:
             f"{plan.label} t{trial.number}", {**tags, runs.KIND: runs.TRIAL}, params,
             parent=study.user_attrs["mlflow_run_id"])])
         trial.set_user_attr("mlflow_run_id", run_id)
-        self.client.log_dict(run_id, config, "config.yaml")
+        self.writer.log_text(run_id, yaml.dump(config, Dumper=YAML_DUMPER, indent=2,
+                                               default_flow_style=False), "config.yaml")
         return OpenTrial(study, plan, trial, methods, params, tags, run_id, experiment_id)
 
     def _start_seed_runs(self, opened: OpenTrial, seed_list: list[int]) -> list[tuple[str, str]]:
