@@ -21,9 +21,15 @@ user + system, from ``resource.getrusage(RUSAGE_CHILDREN)``, and wall seconds):
    each seed run logged to MLflow on SQLite with its metrics in ``log_batch`` calls.
 
 It prints each one's CPU and wall seconds, the sweep's ratios to the floor and to (b), and
-the overhead per trial ((sweep - floor) CPU seconds / trials). Targets (issue 18): the sweep
-within 1.3x of the floor, at least 2x less CPU than (b), and at 100 trials per study an
-overhead per trial no larger than at 10 (run it twice, ``--trials 10`` and ``--trials 100``).
+the overhead per trial ((sweep - floor) CPU seconds / trials, the fixed start included). Then,
+trial by trial, what the sweep spent around each trial's training: the wall seconds from one
+trial's start (Optuna's ``datetime_start``, set when it is claimed) to the next one's, less
+the floor's wall seconds for the same trial; their mean over the first and the last ten trials
+of each study shows whether the bookkeeping per trial grows with the trials already run.
+
+Targets (issue 18): the sweep within 1.3x of the floor, at least 2x less CPU than (b), and at
+100 trials per study an overhead per trial no larger than at 10 (``--trials 100``: the first
+ten trials against the last ten).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,8 +108,10 @@ def plan_of(spec_path: Path, storage: str) -> dict:
     for plan in sweep.studies:
         study = optuna.load_study(study_name=plan.name, storage=store.optuna_storage())
         trials = []
-        for trial in sorted(study.trials, key=lambda t: t.number):
+        ordered = sorted(study.trials, key=lambda t: t.number)
+        for trial, after in zip(ordered, [*ordered[1:], None], strict=True):
             methods, _ = build_methods(plan, trial.params)
+            end = after.datetime_start if after is not None else trial.datetime_complete
             seeds = []
             for seed in sweep.seeds:
                 if (plan.name, trial.number, seed) not in stops:
@@ -111,6 +120,7 @@ def plan_of(spec_path: Path, storage: str) -> dict:
                 seeds.append({"seed": seed,
                               "stop_at": step if status == runs.STATUS["pruned"] else None})
             trials.append({"number": trial.number, "params": trial.params, "seeds": seeds,
+                           "span": (end - trial.datetime_start).total_seconds(),
                            "methods": {slot: {"family": m.family, "name": m.name,
                                               "params": m.params}
                                        for slot, m in methods.items()}})
@@ -159,7 +169,8 @@ def together(task_cls, params, budget, trial) -> int:
 
 
 def floor(plan_path: str) -> None:
-    """The training steps alone: every seed run of the plan, bare (no Optuna, no MLflow)."""
+    """The training steps alone: every seed run of the plan, bare (no Optuna, no MLflow);
+    each trial's wall seconds go into the plan file as ``floor``."""
     import torch
 
     from workbench import registry, seeds
@@ -174,8 +185,10 @@ def floor(plan_path: str) -> None:
     runs = 0
     for study in plan["studies"]:
         for trial in study["trials"]:
+            started = time.perf_counter()
             if study["vectorised"] and trial["seeds"]:  # the seeds as one computation
                 runs += together(task_cls, params, budget, trial)
+                trial["floor"] = time.perf_counter() - started
                 continue
             for entry in trial["seeds"]:
                 methods = {slot: registry.get(m["family"], m["name"])(**m["params"])
@@ -193,6 +206,8 @@ def floor(plan_path: str) -> None:
                 except Stop:
                     pass
                 runs += 1
+            trial["floor"] = time.perf_counter() - started
+    Path(plan_path).write_text(json.dumps(plan))
     print(f"floor: {runs} seed runs", file=sys.stderr)
 
 
@@ -229,6 +244,7 @@ def main() -> None:
         n_trials = sum(len(s["trials"]) for s in plan["studies"])
         n_runs = sum(len(t["seeds"]) for s in plan["studies"] for t in s["trials"])
         bare = timed([sys.executable, __file__, "--floor", str(plan_path)], env=env)
+        plan = json.loads(plan_path.read_text())
         rows = [("sweep (workbench sweep --quiet)", sweep), ("floor (training steps alone)", bare)]
         if not args.skip_b:
             script = str(ROOT / "benchmarks" / "handwritten_optuna_mlflow.py")
@@ -251,6 +267,16 @@ def main() -> None:
               "(target: at least 2x)")
     print(f"overhead per trial: {(sweep[0] - bare[0]) / n_trials:.3f} CPU s, "
           f"{(sweep[1] - bare[1]) / n_trials:.3f} wall s ({n_trials} trials)")
+    for study in plan["studies"]:
+        around = [t["span"] - t["floor"] for t in study["trials"]]
+        parts = [(1, around[:10])]
+        if len(around) > 10:
+            parts.append((max(11, len(around) - 9), around[-10:][-(len(around) - 10):]))
+        shown = ", ".join(f"trials {start}-{start + len(part) - 1}: "
+                          f"{1000 * statistics.mean(part):.0f} / "
+                          f"{1000 * statistics.median(part):.0f}" for start, part in parts)
+        print(f"{study['label']}: around each trial's training (wall ms, mean / median), "
+              f"{shown}")
 
 
 if __name__ == "__main__":
