@@ -43,7 +43,8 @@ REFERENCE = {
 
 def stepper(f, x0, **params):
     x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-    optimizer = registry.get("step_size", "aegd")(**params).build([x], {})
+    optimizer = registry.get("step_size", "aegd")(**params).build(
+        [x], {"loss_lower_bound": 0.0})
 
     def closure():
         optimizer.zero_grad()
@@ -77,16 +78,19 @@ def test_the_energy_never_grows_and_the_reported_step_is_its_mean_effective_step
 
 
 def test_a_loss_at_or_below_minus_c_stops_with_a_clear_error():
-    x, optimizer, closure = stepper(lambda x: -5.0 + (x * x).sum(), [1.0, 0.0, 0.0], c=1.0)
+    x, optimizer, closure = stepper(lambda x: -5.0 + (x * x).sum(), [1.0, 0.0, 0.0], c=1.0,
+                                    shift="c")
     with pytest.raises(ValueError, match=r"aegd: c=1.0 does not make f\(x\) - f_lb \+ c > 0"):
         optimizer.step(closure)
 
 
 def test_shifting_by_the_lower_bound_is_aegd_on_the_shifted_loss():
-    """With shift: lower_bound, f_lb = -5: the iterates of the plain method on f + 5."""
+    """f_lb = -5: the iterates of the plain method on f + 5; shift: c asks for no bound."""
     x = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64, requires_grad=True)
-    method = registry.get("step_size", "aegd")(lr=0.3, c=0.5, shift="lower_bound")
+    method = registry.get("step_size", "aegd")(lr=0.3, c=0.5)
     assert method.requirements(method.params) == {"loss_lower_bound"}
+    plain = registry.get("step_size", "aegd")(shift="c")
+    assert plain.requirements(plain.params) == frozenset()
     optimizer = method.build([x], {"loss_lower_bound": -5.0})
 
     def closure():

@@ -8,9 +8,12 @@ r, one per parameter entry:
     r_{k+1} = r_k / (1 + 2 lr v_k^2)               (element-wise)
     x_{k+1} = x_k - 2 lr r_{k+1} v_k
 
-With ``shift: lower_bound`` the energy is sqrt(f(x) - f_lb + c), f_lb the task's lower bound
-on the loss (``loss_lower_bound``): AEGD on f - f_lb, a constant shift, for losses that go
-negative (a quadratic with a linear term), where a fixed c would have to be guessed.
+Here the energy is sqrt(f(x) - f_lb + c), f_lb the task's lower bound on the loss
+(``loss_lower_bound``; ``shift: lower_bound``, the default): AEGD on f - f_lb, a constant shift.
+On a loss bounded below by 0 (logistic regression, the networks) that is the reference
+exactly; on a loss that goes negative (a quadratic with a linear term) a fixed c would have to
+be guessed. ``shift: c`` takes f_lb = 0 whatever the task (the reference's rule, for tasks
+that give no bound).
 
 r never grows, so the scheme is unconditionally energy-stable: for any lr the iterates cannot
 blow up the way gradient descent's do past 2/L. The effective step of an entry is
@@ -76,8 +79,8 @@ class AEGD(StepSizeMethod):
         "lr": Float(0.1, low=1e-3, high=10.0, log=True, minimum=1e-30,
                     help="step scale (the paper's eta)"),
         "c": Float(1.0, minimum=1e-12, help="energy shift: g = sqrt(f - f_lb + c) > 0"),
-        "shift": Choice("c", ("c", "lower_bound"),
-                        help="c: f_lb = 0 (the reference); lower_bound: the task's f_lb"),
+        "shift": Choice("lower_bound", ("lower_bound", "c"),
+                        help="lower_bound: f_lb is the task's bound on the loss; c: f_lb = 0"),
     }
     reference = Reference(
         "Liu & Tian, AEGD: Adaptive gradient descent with energy", 2020,
