@@ -44,6 +44,21 @@ def test_run_with_no_slot_named_runs_every_slot_with_the_task_default(tmp_path):
     assert json.loads(out.stdout)["env_steps"] == 64
 
 
+def test_run_takes_a_budget_in_environment_steps_as_sweeps_do(tmp_path):
+    """--samples alone: no step limit, the run stops at the first update that reaches it;
+    with --steps, whichever comes first; a bad value is named as typed (exit 2)."""
+    args = ("run", "cartpole", "num_envs=4", "rollout_len=16", "--json", "--device", "cpu")
+    out = run_cli(*args, "--samples", "300", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["env_steps"] == 320  # 5 updates of 64
+    capped = json.loads(run_cli(*args, "--samples", "300", "--steps", "2",
+                                cwd=tmp_path).stdout)
+    assert (capped["steps"], capped["env_steps"]) == (2, 128)
+    bad = run_cli(*args, "--samples", "0", cwd=tmp_path)
+    assert bad.returncode == 2 and "error: workbench run: --samples:" in bad.stderr, bad.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_run_reports_every_mistake_in_the_words_typed(tmp_path):
     out = run_cli("run", "logreg", "step_size=constant", "step_size.lrr=1", "n_sampels=3",
                   "--steps", "0", cwd=tmp_path)

@@ -19,10 +19,13 @@ LogFn = Callable[[int, Mapping[str, float]], None]
 SeedsLogFn = Callable[[int, Sequence[Mapping[str, float] | None]], None]
 
 
+MAX_STEPS = 10_000_000
+
+
 class Budget(Strict):
     """When a run stops: whichever limit comes first (steps is always set)."""
 
-    steps: int = Field(100, ge=1, le=10_000_000)
+    steps: int = Field(100, ge=1, le=MAX_STEPS)
     samples: int | None = Field(None, ge=1)
     wall_seconds: float | None = Field(None, gt=0)
 

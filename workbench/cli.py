@@ -285,11 +285,10 @@ def cmd_run(args) -> int:
                              + ", ".join(spec.fitting_methods(task, missing[0])))
     if not 0 <= args.seed <= spec.MAX_SEED:
         raise spec.SpecError(source, "--seed", f"allowed: an integer in [0, {spec.MAX_SEED}]")
-    steps = args.steps if args.steps is not None else 100
     document = {"task": {"name": args.task, "params": task_values},
                 "methods": {slot: [{"name": name, "fixed": method_values.get(slot, {})}]
                             for slot, name in chosen.items()},
-                "seeds": [args.seed], "trials": 1, "budget": {"steps": steps}}
+                "seeds": [args.seed], "trials": 1, "budget": run_budget(args)}
     try:
         sweep = spec.check(document, source)
     except spec.SpecError as err:  # in the words the user typed, not the spec's key paths
@@ -301,7 +300,7 @@ def cmd_run(args) -> int:
     watch = _RunWatch(sweep.metric, sweep.direction)
     started = time.perf_counter()
     result = task().run(sweep.task_params, methods, seed=args.seed, device=device,
-                        budget=Budget(steps=steps), log=watch)
+                        budget=Budget.model_validate(sweep.spec.budget.model_dump()), log=watch)
     result["elapsed_seconds"] = time.perf_counter() - started
     if watch.diverged:  # explosive growth the loop did not call divergence
         result["diverged"], result["diverged_because"] = True, watch.diverged
@@ -317,6 +316,23 @@ def cmd_run(args) -> int:
         shown = f"{value:.10g}" if isinstance(value, float) and math.isfinite(value) else value
         print(f"  {key:<22} {shown}")
     return 0
+
+
+def run_budget(args) -> dict:
+    """``run``'s budget as a spec's: ``--steps`` (100 when no limit is given; no step limit
+    beyond the largest a budget takes when only ``--samples`` or ``--wall-seconds`` is),
+    ``--samples`` (environment steps or samples, as the task counts them) and
+    ``--wall-seconds``; the run stops at whichever comes first."""
+    from workbench.budget import MAX_STEPS
+
+    limited = args.samples is not None or args.wall_seconds is not None
+    steps = args.steps if args.steps is not None else (MAX_STEPS if limited else 100)
+    budget = {"steps": steps}
+    if args.samples is not None:
+        budget["samples"] = args.samples
+    if args.wall_seconds is not None:
+        budget["wall_seconds"] = args.wall_seconds
+    return budget
 
 
 class _RunWatch:
@@ -350,7 +366,9 @@ def _as_typed(path: str, chosen: dict) -> str:
         return f"{match[1]}={chosen.get(match[1], 'METHOD')}"
     if path.startswith("task.params."):
         return path.removeprefix("task.params.")
-    return {"budget.steps": "--steps", "seeds": "--seed", "task.name": "TASK"}.get(path, path)
+    return {"budget.steps": "--steps", "budget.samples": "--samples",
+            "budget.wall_seconds": "--wall-seconds", "seeds": "--seed",
+            "task.name": "TASK"}.get(path, path)
 
 
 def cmd_ui(args) -> int:
@@ -609,7 +627,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assignments", nargs="*",
                    help="SLOT=METHOD, SLOT.PARAM=VALUE (method) or PARAM=VALUE (task)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, help="budget in steps (default 100)")
+    p.add_argument("--steps", type=int, help="budget in steps, or updates on an RL testbed "
+                                             "(default 100, or none with --samples or "
+                                             "--wall-seconds)")
+    p.add_argument("--samples", type=int, help="budget in samples: environment steps on "
+                                               "control, training samples elsewhere")
+    p.add_argument("--wall-seconds", type=float, help="budget in seconds of training")
     p.add_argument("--device", help="auto (default), cpu or cuda")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     p.set_defaults(func=cmd_run)
