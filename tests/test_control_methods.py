@@ -572,6 +572,27 @@ def test_pg_polyak_zero_first_step_and_state_round_trip():
     assert fresh.last_step_size == pytest.approx(5.0 / 25.0, rel=1e-15)  # gap / ||g||^2
 
 
+def test_pg_polyak_running_max_estimates_the_optimum_from_the_returns_seen():
+    """optimum: running_max: J*_k = best return so far + delta; no return bound needed."""
+    built = method("step_size", "pg_polyak", optimum="running_max", delta=2.0, c=1.0, eps=0.0,
+                   gamma_max=100.0)
+    assert built.requirements(built.params) == {"rl_stats"}
+    x, closure = half_square([3.0, 4.0])  # ||g||^2 = 25
+    opt = built.build([x], {})
+    # (return seen, best so far, the estimate J_hat: a NaN keeps the previous one)
+    for seen, best, latest in [(10.0, 10.0, 10.0), (30.0, 30.0, 30.0), (math.nan, 30.0, 30.0),
+                               (20.0, 30.0, 20.0)]:
+        opt.observe({"episodic_return": seen})
+        x.data = tensor([3.0, 4.0])
+        opt.step(closure)
+        assert opt.last_step_size == pytest.approx((best + 2.0 - latest) / 25.0, rel=1e-15)
+    fresh = built.build([x], {})
+    fresh.load_state_dict(opt.state_dict())
+    x.data = tensor([3.0, 4.0])
+    fresh.step(closure)
+    assert fresh.last_step_size == pytest.approx(12.0 / 25.0, rel=1e-15)
+
+
 @pytest.fixture
 def rl_contract(monkeypatch):
     """The step-size contract on a task that also provides rl_stats and return_upper_bound."""
