@@ -25,6 +25,13 @@ Models" (2025); implementation: verl ``core_algos.compute_policy_loss_kl_cov`` (
 b178a3c). Defaults: kl_cov_ratio 2e-3 and kl_coef 1, the paper's Qwen2.5-7B recipe
 (k_percent = 0.2 %, ppo_kl_coef = 1; verl's config defaults are 2e-4 and 0.1).
 
+Not on a seed axis (``vectorised = False``; ``execution: auto`` runs its studies seed by
+seed): at the first minibatch of each update logp_t = logp_old_t up to rounding, and the
+gradient of |logp_t - logp_old_t| there is the sign of a last-bit difference. A batched
+computation rounds differently from a single one, so its runs would part from the sequential
+ones after a few updates (found by the control seed-axis parity test), which the seed axis's
+contract does not allow.
+
 Metrics: ``kl_cov_selected_frac`` (penalised tokens / valid tokens), ``kl_cov_abs_kl`` (mean
 |logp - logp_old| over the penalised tokens).
 
@@ -61,6 +68,7 @@ class KLCov(EntropyMethod):
         "volcengine/verl verl/trainer/ppo/core_algos.py compute_policy_loss_kl_cov",
     )
     fidelity = "reference-checked"
+    vectorised = False  # |logp - logp_old| at 0: see the module's docstring
 
     def coefficient(self, step, entropy):
         return 0.0
