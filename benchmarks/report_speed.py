@@ -56,7 +56,7 @@ def make_sweep(folder: Path, runs: int, steps: int):
     store = Store.from_url(sweep.storage)
     engine.setup(sweep, store)
     client = store.mlflow_client()
-    experiment = layout.ensure_experiment(client, sweep.name, store.artifact_root)
+    experiment = layout.ensure_experiment(client, sweep.name, store)
     plan = sweep.studies[0]
     import optuna
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install the workbench with its test extra; again only when pyproject changes.
+# Create .venv and install the workbench with its test and Ray extras; again only when pyproject changes.
 # torch==2.13.0 first: on the CPU machines that pin takes the local CPU build instead of
 # pulling a multi-GB CUDA build.
 set -euo pipefail
@@ -11,6 +11,6 @@ stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q torch==2.13.0
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,ray]'
   echo "$stamp" > .venv/.setup-stamp
 fi

@@ -14,7 +14,7 @@ def without(spec, *keys):
 
 
 CASES = {
-    "unknown top-level key": (tiny_spec(trails=3), "trails", "allowed: budget"),
+    "unknown top-level key": (tiny_spec(trails=3), "trails", "allowed: artifact_root, budget"),
     "unknown nested key": (tiny_spec(pruner={"name": "median", "patience": 3}),
                            "pruner.patience", "allowed: name, p_threshold, reduction_factor"),
     "unknown task": (tiny_spec(task={"name": "mnist"}), "task.name",
@@ -98,7 +98,7 @@ def test_every_mistake_of_a_spec_is_reported_at_once_with_suggestions(write_spec
     lines = err.splitlines()
     assert lines[0].endswith("spec.yaml: 7 problems"), err
     expected = [
-        "trails: unknown key; did you mean 'trials'? allowed: budget,",
+        "trails: unknown key; did you mean 'trials'? allowed: artifact_root, budget,",
         "pruner.name: 'medain': did you mean 'median'? allowed: median, hyperband,",
         "budget.stpes: unknown key; did you mean 'steps'? allowed: samples, steps,",
         "budget.samples: Input should be greater than or equal to 1",

@@ -142,26 +142,39 @@ def cmd_sweep(args) -> int:
     from workbench import spec
 
     sweep = spec.load(args.spec, storage=args.storage)
-    if args.workers < 1:
+    if args.artifact_root is not None:
+        sweep = sweep.with_artifact_root(args.artifact_root)
+    if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     from workbench import (
         engine,  # after the spec: bad input never pays for MLflow's import
         resolved,
     )
+    from workbench.artifacts import ArtifactRootError
     from workbench.progress import SweepProgress
+
+    ray = None
+    if args.ray is not None or sweep.spec.launcher.name == "ray":
+        from workbench.engine.ray_launcher import RayPlan
+
+        ray = RayPlan.of(sweep, args.ray, args.workers)
 
     resolved.keep(sweep, args.spec, storage=args.storage)  # for `status` and `report`
 
     engine.quiet_libraries()
 
-    engine.resolve_device(args.device or sweep.spec.device)
+    if ray is None:
+        engine.resolve_device(args.device or sweep.spec.device)
     _reachable(sweep.storage)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
     engine.terminate_gracefully()
     bar = SweepProgress(sweep, quiet=args.quiet)
     try:
-        final = engine.run_sweep(sweep, workers=args.workers, device=args.device, progress=bar)
+        final = engine.run_sweep(sweep, workers=args.workers or 1, device=args.device,
+                                 progress=bar, ray=ray)
+    except (ArtifactRootError, _ray_problem()) as err:
+        raise UsageError(str(err)) from None
     finally:
         bar.close()
     _print_status(sweep, final)
@@ -170,6 +183,13 @@ def cmd_sweep(args) -> int:
         print(f"short: {s.label}: {s.finished} of {s.total} trials finished: {s.shortfall()}",
               file=sys.stderr)
     return EXIT_SHORT if short else 0
+
+
+def _ray_problem() -> type[Exception]:
+    """The launcher's error class, without importing Ray."""
+    from workbench.engine.ray_launcher import RayProblem
+
+    return RayProblem
 
 
 def cmd_status(args) -> int:
@@ -382,8 +402,25 @@ def cmd_ui(args) -> int:
               "and charts", flush=True)
     backend, password = _password_apart(store.mlflow_url)
     mlflow = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    # --no-serve-artifacts: each run's artifacts are read where its artifact URI says (a local
+    # folder, an object store, an artifact server's http:// URL), never from a folder of the
+    # UI's own (a serving UI takes every proxy URL for one of its own)
     return _serve([mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
-                   "--port", str(args.port), "--workers", "1"], password, args.host)
+                   "--port", str(args.port), "--workers", "1", "--no-serve-artifacts"],
+                  password, args.host, _artifact_servers(store))
+
+
+def _artifact_servers(store) -> dict[str, str]:
+    """The environment MLflow's UI needs to read artifacts from an artifact server
+    (``artifacts``: an ``http(s)://`` root) when an experiment of the store has one: MLflow
+    refuses URIs that name another host unless told to allow them."""
+    from mlflow.entities import ViewType
+
+    locations = [e.artifact_location for e in store.mlflow_client().search_experiments(
+        view_type=ViewType.ALL, max_results=50_000)]
+    if any(location.startswith(("http://", "https://")) for location in locations):
+        return {"MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https"}
+    return {}
 
 
 def cmd_dashboard(args) -> int:
@@ -423,14 +460,17 @@ def _served_store(args):
     return sweep, store
 
 
-def _serve(command: list[str], password: str | None, host: str) -> int:
+def _serve(command: list[str], password: str | None, host: str,
+           environment: dict[str, str] | None = None) -> int:
     """Run a web server (MLflow's UI, Optuna's dashboard) until it ends, Ctrl-C or SIGTERM:
     in a session of its own, stopped whole (its workers too) whenever this process stops. The
     database password goes in PGPASSWORD: every local user can read a command line."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {host}: anyone who can reach it can read and change "
               "every run", file=sys.stderr)
-    env = None if password is None else {**os.environ, "PGPASSWORD": password}
+    env = {**os.environ, **(environment or {})}
+    if password is not None:
+        env["PGPASSWORD"] = password
     server = subprocess.Popen(command, env=env, start_new_session=True)
 
     def stop(signum, frame):
@@ -615,7 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      f"exit code {EXIT_SHORT} when a study ended short (e.g. "
                                      "stopped by max_failed_trials)")
     p.add_argument("spec", help="sweep spec (YAML)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes")
+    p.add_argument("--workers", type=int, help="worker processes (default 1), or Ray workers "
+                   "with --ray (default: as many as the cluster holds)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the workers as Ray tasks on the cluster at ADDRESS (auto, "
+                        "HOST:PORT, ray://HOST:PORT; none: a cluster of this machine)")
+    p.add_argument("--artifact-root", metavar="URI",
+                   help="where every host puts artifacts (overrides the spec): an absolute "
+                        "shared path, s3://..., mlflow-artifacts://HOST:PORT")
     p.add_argument("--storage", help="store URL (overrides the spec): sqlite:///FILE or "
                                      "postgresql://USER@HOST/DB")
     p.add_argument("--device", help="auto (default), cpu or cuda")

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workbench.processes import this_host
+
 # run kinds (the value of the KIND tag); an evaluation run re-runs a study's best trial on a
 # held-out seed (tag EVALUATES: that trial's number)
 STUDY, TRIAL, SEED, EVALUATION = "study", "trial", "seed", "evaluation"
@@ -73,7 +75,7 @@ def slot_tag(key: str, slot: str) -> str:
 def provenance() -> dict[str, str]:
     """Tags that say which code ran where: git commit and dirty flag, package versions, host."""
     root = Path(__file__).resolve().parent.parent
-    tags = {"host": platform.node(), "python": platform.python_version()}
+    tags = {"host": this_host(), "python": platform.python_version()}
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
                                 capture_output=True, text=True, timeout=10)
@@ -116,19 +118,33 @@ def _part_key(key: str, index: int) -> str:
 DESCRIPTION = "mlflow.note.content"  # the experiment's description, as the UI shows it
 
 
-def ensure_experiment(client, name: str, artifact_root: Path, description: str = "") -> str:
-    """The id of the sweep's experiment, created (or restored from deleted) when needed, with
-    the spec's ``description`` as the one the UI shows (updated when the spec's changes)."""
+def ensure_experiment(client, name: str, store, description: str = "") -> str:
+    """The id of the sweep's experiment, created (or restored from deleted) when needed under
+    ``store``'s artifact root (``Store.artifacts_uri``; a host-local folder records its host:
+    ``artifacts.HOST_TAG``), with the spec's ``description`` as the one the UI shows (updated
+    when the spec's changes). An existing experiment keeps its artifact location: asking for
+    another shared root raises ``artifacts.ArtifactRootError``."""
+    from workbench import artifacts
+
     experiment = client.get_experiment_by_name(name)
+    location = artifacts.experiment_location(store.artifacts_uri, name)
     if experiment is not None:
+        if store.shared_artifacts and experiment.artifact_location != location:
+            raise artifacts.ArtifactRootError(
+                f"sweep {name}: its experiment keeps its artifacts in "
+                f"{experiment.artifact_location} (an experiment's artifact location is fixed "
+                f"when it is created); asked for {location}: drop the artifact root, or give "
+                "the sweep a new name")
+        artifacts.check_reachable(experiment, this_host())
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         if description and experiment.tags.get(DESCRIPTION) != description:
             client.set_experiment_tag(experiment.experiment_id, DESCRIPTION, description)
         return experiment.experiment_id
-    location = (artifact_root / name).resolve().as_uri()
     # the UI opens it in its model-training view (runs, metric charts), not the GenAI one
     tags = {"mlflow.experimentKind": "custom_model_development"}
+    if store.shared_artifacts is None:
+        tags[artifacts.HOST_TAG] = this_host()
     if description:
         tags[DESCRIPTION] = description
     return client.create_experiment(name, artifact_location=location, tags=tags)

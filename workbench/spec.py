@@ -132,6 +132,30 @@ class ExecutionSpec(Strict):
                                   "where the task and each method of the study do")
 
 
+class LauncherSpec(Strict):
+    """What starts the sweep's workers: local processes (``--workers N``) or Ray tasks placed on
+    a Ray cluster by resources (``workbench.engine.ray_launcher``). Neither changes a number:
+    not part of a study's fingerprint."""
+
+    name: Literal["local", "ray"] = "local"
+    address: str | None = Field(None, description="ray: auto, HOST:PORT or ray://HOST:PORT; "
+                                                  "none: a local Ray cluster for the call")
+    workers: int | None = Field(None, ge=1, le=100_000, description="ray: workers (default: "
+                                "as many as the cluster's CPUs or GPUs hold)")
+    cpus_per_worker: float = Field(1.0, gt=0, le=1024)
+    gpus_per_worker: float = Field(0.0, ge=0, le=64, description="fractions below 1 share a "
+                                   "GPU, as Ray allows")
+    max_restarts: int = Field(3, ge=0, le=1000, description="ray: how often a worker whose "
+                              "process or node died is started again")
+
+    @field_validator("gpus_per_worker")
+    @classmethod
+    def _whole_above_one(cls, value: float) -> float:
+        if value > 1 and value != int(value):
+            raise ValueError("above 1, a whole number of GPUs (Ray places fractions below 1)")
+        return value
+
+
 class SweepSpec(Strict):
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
@@ -149,14 +173,22 @@ class SweepSpec(Strict):
     budget: Budget = Budget()
     device: Literal["auto", "cpu", "cuda"] = "auto"
     storage: str | None = None
+    artifact_root: str | None = Field(None, description="where every host's workers put "
+                                      "artifacts (workbench.artifacts)")
+    launcher: LauncherSpec = LauncherSpec()
     report: ReportOptions = ReportOptions()
     evaluation: EvaluationSpec | None = None
     execution: ExecutionSpec = ExecutionSpec()
 
-    @field_validator("sampler", "pruner", mode="before")
+    @field_validator("sampler", "pruner", "launcher", mode="before")
     @classmethod
     def _name_only(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _artifact_root(cls, value: str | None) -> str | None:
+        return None if value is None else _artifact_root(value)
 
     @field_validator("seeds")
     @classmethod
@@ -183,6 +215,15 @@ class SweepSpec(Strict):
             if isinstance(entries, list) and not entries:
                 raise ValueError(f"slot {shorten(slot)} lists no methods")
         return value
+
+
+def _artifact_root(value: str) -> str:
+    from workbench.artifacts import BadArtifactRoot, normalise_root
+
+    try:
+        return normalise_root(value)
+    except BadArtifactRoot as err:
+        raise ValueError(str(err)) from None
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -257,6 +298,19 @@ class Sweep:
     storage: str
     notes: list[str] = field(default_factory=list)
     evaluation: EvaluationPlan | None = None  # held-out seeds (``evaluation_plan``)
+
+    @property
+    def artifact_root(self) -> str | None:
+        """The normalised artifact root every host reaches, None for the store's own folder."""
+        return self.spec.artifact_root
+
+    def with_artifact_root(self, value: str) -> Sweep:
+        """This sweep with the artifact root ``value`` (``--artifact-root``)."""
+        try:
+            root = _artifact_root(value)
+        except ValueError as err:
+            raise SpecError("--artifact-root", "", str(err)) from None
+        return replace(self, spec=self.spec.model_copy(update={"artifact_root": root}))
 
     @property
     def task_name(self) -> str:

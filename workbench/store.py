@@ -6,7 +6,10 @@ cannot share one database. A store URL names Optuna's database; MLflow's lives b
 - ``sqlite:////dir/NAME.db``          -> MLflow in ``/dir/NAME.mlflow.db``, artifacts in
   ``/dir/NAME-artifacts/``;
 - ``postgresql://user@host/DB``       -> MLflow in database ``DB_mlflow`` on the same server
-  (created when missing), artifacts in ``./DB-artifacts`` unless ``WORKBENCH_ARTIFACTS`` is set.
+  (created when missing), artifacts in ``./DB-artifacts``.
+
+An artifact root every host reaches (``workbench.artifacts``: the spec's ``artifact_root``,
+``--artifact-root``, or ``WORKBENCH_ARTIFACTS``) replaces the host-local folder.
 
 SQLite files run in WAL mode with a busy timeout, so several local processes share them.
 """
@@ -33,6 +36,10 @@ from workbench import store_schema as schema
 from workbench.store_schema import StoreError
 
 SQLITE_TIMEOUT_S = 120
+# Optuna's pool on a server store: POOL_SIZE connections kept open (a worker's thread and its
+# trial's heartbeat thread use it at once), POOL_OVERFLOW more at a peak (SQLAlchemy's default
+# is 5 + 10). README, "Scaling out", says what a worker opens in all, measured.
+POOL_SIZE, POOL_OVERFLOW = 2, 4
 HEARTBEAT_INTERVAL_S = 10
 HEARTBEAT_GRACE_S = 40
 
@@ -73,19 +80,39 @@ class StoreUnreachable(StoreError):
 class Store:
     optuna_url: str
     mlflow_url: str
-    artifact_root: Path
+    artifact_root: Path  # the host-local folder beside the store
+    shared_artifacts: str | None = None  # a root every host reaches (workbench.artifacts)
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
+    def from_url(cls, url: str, artifacts: str | None = None) -> Store:
+        """The store at ``url``; ``artifacts``: a normalised artifact root every host reaches
+        (``artifacts.normalise_root``), else ``WORKBENCH_ARTIFACTS`` when set (a path)."""
+        if artifacts is None and os.environ.get("WORKBENCH_ARTIFACTS"):
+            artifacts = Path(os.environ["WORKBENCH_ARTIFACTS"]).resolve().as_uri()
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
             stem = path.name.removesuffix(".db")
             return cls(url, "sqlite:///" + str(path.with_name(stem + ".mlflow.db")),
-                       path.with_name(stem + "-artifacts"))
+                       path.with_name(stem + "-artifacts"), artifacts)
         parsed = make_url(url)
         mlflow_url = parsed.set(database=f"{parsed.database}_mlflow")
-        root = Path(os.environ.get("WORKBENCH_ARTIFACTS", f"{parsed.database}-artifacts"))
-        return cls(url, mlflow_url.render_as_string(hide_password=False), root.resolve())
+        root = Path(f"{parsed.database}-artifacts")
+        return cls(url, mlflow_url.render_as_string(hide_password=False), root.resolve(),
+                   artifacts)
+
+    @property
+    def artifacts_uri(self) -> str:
+        """Where new experiments put their artifacts: the shared root, else the local folder."""
+        return self.shared_artifacts or self.artifact_root.resolve().as_uri()
+
+    @property
+    def artifact_folder(self) -> Path | None:
+        """The local folder artifacts are written to, None for a remote root."""
+        if self.shared_artifacts is None:
+            return self.artifact_root
+        from workbench.artifacts import local_folder
+
+        return local_folder(self.shared_artifacts)
 
     @property
     def is_sqlite(self) -> bool:
@@ -108,11 +135,9 @@ class Store:
             paths = self.sqlite_paths()
             for kind, path in zip(("optuna", "mlflow"), paths, strict=True):
                 schema.verdict(kind, str(path), schema.inspect_sqlite(path), f"sqlite:///{path}")
-            ancestor = schema.nearest_existing(self.artifact_root)
-            if not ancestor.is_dir():
-                raise StoreError(f"{self.artifact_root}: the artifact folder cannot be created, "
-                                 f"{ancestor} is not a directory")
+            self._check_artifact_folder()
             return
+        self._check_artifact_folder()
         engine = self._engine(self.optuna_url)
         try:
             schema.verdict("optuna", redact(self.optuna_url), schema.inspect_engine(engine),
@@ -130,6 +155,15 @@ class Store:
                                redact(self.mlflow_url))
             finally:
                 engine.dispose()
+
+    def _check_artifact_folder(self) -> None:
+        folder = self.artifact_folder
+        if folder is None:
+            return
+        ancestor = schema.nearest_existing(folder)
+        if not ancestor.is_dir():
+            raise StoreError(f"{folder}: the artifact folder cannot be created, {ancestor} is "
+                             "not a directory")
 
     @staticmethod
     def _engine(url: str) -> sa.Engine:
@@ -151,7 +185,7 @@ class Store:
         ``lock("store")``; ``cache`` holds the MLflow schema template (None: build the schema
         in place of copying it)."""
         self.check()
-        artifact_uri = self.artifact_root.resolve().as_uri()
+        artifact_uri = self.artifacts_uri
         if self.is_sqlite:
             # MLflow's first: an Optuna file is never there without its MLflow file
             for kind, path in (("mlflow", self.sqlite_paths()[1]),
@@ -166,12 +200,13 @@ class Store:
                     schema.build_postgres_mlflow(admin, self.mlflow_url, artifact_uri)
                 finally:
                     admin.dispose()
-        self.artifact_root.mkdir(parents=True, exist_ok=True)
+        if self.artifact_folder is not None:
+            self.artifact_folder.mkdir(parents=True, exist_ok=True)
 
     def optuna_storage(self) -> optuna.storages.RDBStorage:
         import optuna  # not before: `workbench status` reads the tables with SQL instead
 
-        kwargs = {"pool_pre_ping": True}
+        kwargs = {"pool_pre_ping": True, "pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
         if self.is_sqlite:
             kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
         with warnings.catch_warnings():
@@ -191,6 +226,7 @@ class Store:
 
     def mlflow_client(self):
         from mlflow.tracking import MlflowClient
+
 
         return MlflowClient(tracking_uri=self.mlflow_url)
 

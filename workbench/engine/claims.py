@@ -19,8 +19,6 @@ A kill may land anywhere, and the next claim (under the same lock) repairs what 
 from __future__ import annotations
 
 import contextlib
-import os
-import platform
 import threading
 import warnings
 from collections.abc import Callable
@@ -37,7 +35,7 @@ from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's
     worker_died,
 )
 from workbench.engine.studies import make_sampler, run_key, short_metric
-from workbench.processes import process_alive
+from workbench.processes import owner, process_alive, this_host
 from workbench.spec import StudyPlan, Sweep
 from workbench.store import HEARTBEAT_INTERVAL_S, Store
 from workbench.study_record import StudyRecord
@@ -91,7 +89,7 @@ class Claims:
             study.sampler = make_sampler(self.sweep, plan, len(trials))
             trial = study.ask()
             self.storage.record_heartbeat(trial._trial_id)
-            trial.set_user_attr("worker", {"host": platform.node(), "pid": os.getpid()})
+            trial.set_user_attr("worker", owner())
             return trial
 
     def close_study_run(self, study: optuna.Study, plan: StudyPlan, experiment_id: str) -> None:
@@ -265,4 +263,4 @@ def may_be_running(owner: dict | None) -> bool:
     host's owner is trusted until Optuna finds its heartbeat stale."""
     if owner is None:
         return False
-    return owner["host"] != platform.node() or process_alive(owner["pid"])
+    return owner["host"] != this_host() or process_alive(owner["pid"])

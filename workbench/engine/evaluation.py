@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
 import time
 import traceback
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from workbench.engine.claims import FINISHED, Heartbeat, best_trial
 from workbench.engine.monitor import Monitor, StopRun
 from workbench.engine.studies import short_metric
 from workbench.engine.trial import build_methods, execute, run_params, run_tags
-from workbench.processes import process_alive
+from workbench.processes import process_alive, this_host
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
 from workbench.store import HEARTBEAT_GRACE_S, Store
@@ -93,7 +92,7 @@ class Evaluator:
                 if entry is not None and entry.get("run_id"):
                     runs.finish_run(self.client, entry["run_id"], "fail",
                                     tags={runs.FAIL_REASON: "worker died"})
-                mine = {"state": RUNNING, "owner": {"host": platform.node(),
+                mine = {"state": RUNNING, "owner": {"host": this_host(),
                                                     "pid": os.getpid()}, "beat": time.time()}
                 study.set_user_attr(key, mine)
                 return best, seed, mine
@@ -152,7 +151,7 @@ def _abandoned(entry: dict) -> bool:
     if entry.get("state") != RUNNING:
         return False
     owner = entry.get("owner") or {}
-    if owner.get("host") == platform.node():
+    if owner.get("host") == this_host():
         return not process_alive(int(owner.get("pid", -1)))
     return time.time() - float(entry.get("beat", 0.0)) > HEARTBEAT_GRACE_S
 

@@ -32,7 +32,7 @@ def setup(sweep: Sweep, store: Store) -> tuple[list[str], list[str]]:
     with store.lock("setup"):  # of every sweep: two sweeps may share a study
         storage = store.optuna_storage()
         client = store.mlflow_client()
-        experiment_id = runs.ensure_experiment(client, sweep.name, store.artifact_root,
+        experiment_id = runs.ensure_experiment(client, sweep.name, store,
                                                sweep.spec.description)
         before = study_runs(client, experiment_id)
         outcomes = {}

@@ -11,17 +11,19 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import optuna
 import torch
 
 from workbench import runs
+from workbench.artifacts import check_reachable
 from workbench.engine.claims import Claims
 from workbench.engine.evaluation import Evaluator, decide, held_out_values
 from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import make_pruner, setup
 from workbench.engine.trial import TrialRunner
+from workbench.processes import this_host
 from workbench.run_writer import RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, Sweep, device_kind, load
@@ -66,7 +68,9 @@ class Worker:
         storage = self.store.worker_storage()
         client = self.store.mlflow_client()
         claims = Claims(self.sweep, self.store, storage, client)
-        experiment_id = client.get_experiment_by_name(self.sweep.name).experiment_id
+        experiment = client.get_experiment_by_name(self.sweep.name)
+        check_reachable(experiment, this_host())  # before any run writes an artifact
+        experiment_id = experiment.experiment_id
         plans = self.sweep.studies
         start = self.index % len(plans)
         writer = RunWriter(client, self.store.mlflow_url)
@@ -105,10 +109,14 @@ def quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _worker_main(source: str, storage: str, device: str, index: int, threads: int,
-                 fingerprints: list[str], held_out: list[int]) -> None:
+def _worker_main(source: str, storage: str, artifacts: str | None, device: str, index: int,
+                 threads: int, gpu: str | None, fingerprints: list[str],
+                 held_out: list[int]) -> None:
     """The entry point of a spawned worker process: it runs the studies the parent set up,
-    and stops (exit 2) when the spec or the code changed in between."""
+    and stops (exit 2) when the spec or the code changed in between. ``gpu``: the one GPU
+    this process sees (``gpu_for_worker``), set before anything initialises CUDA."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     quiet_libraries()
     terminate_gracefully()
     torch.set_num_threads(threads)
@@ -117,8 +125,22 @@ def _worker_main(source: str, storage: str, device: str, index: int, threads: in
         print(f"error: {source}: the spec or the code it runs changed since this sweep "
               "started; run the same command again", file=sys.stderr, flush=True)
         sys.exit(2)
-    Worker(sweep, Store.from_url(sweep.storage), torch.device(device), index,
+    Worker(sweep, Store.from_url(sweep.storage, artifacts), torch.device(device), index,
            held_out=held_out).run()
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand out: ``CUDA_VISIBLE_DEVICES`` as set, else 0..k-1."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_for_worker(index: int, gpus: list[str]) -> str | None:
+    """Local worker ``index`` sees GPU ``index mod k`` of the k ``gpus`` alone (None: no
+    GPU to hand out)."""
+    return gpus[index % len(gpus)] if gpus else None
 
 
 def _say(line: str) -> None:
@@ -127,14 +149,43 @@ def _say(line: str) -> None:
 
 def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
               progress: Callable[[list[StudyStatus]], None] | None = None,
-              say: Callable[[str], None] = _say) -> list[StudyStatus]:
+              say: Callable[[str], None] = _say, ray=None) -> list[StudyStatus]:
     """Run (or continue) every study of ``sweep`` until each has its number of trials.
 
-    ``say`` gets one line per change in the sweep's studies (``setup``): a study superseded
-    because the spec or the code changed, one reused from another sweep."""
-    resolved = resolve_device(device or sweep.spec.device)
+    ``workers`` local processes, or Ray tasks when ``ray`` (a ``ray_launcher.RayPlan``) is
+    given: this process then joins (or starts) the cluster and waits for its workers. With
+    several local workers on a machine with k GPUs and device ``cuda``, worker i sees GPU
+    i mod k alone. ``say`` gets one line per change in the sweep's studies (``setup``): a study
+    superseded because the spec or the code changed, one reused from another sweep."""
+    if ray is not None:
+        from workbench.engine import ray_launcher
+
+        resolved = torch.device(ray.device(device or sweep.spec.device))
+        started = ray_launcher.connect(ray.address)
+        try:  # before anything is written: a worker no node can hold is refused now
+            ray = replace(ray, workers=ray_launcher.worker_count(ray))
+        except BaseException:
+            if started:
+                import ray as ray_module
+
+                ray_module.shutdown()
+            raise
+    else:
+        resolved = resolve_device(device or sweep.spec.device)
+        started = False
+    try:
+        return _run_sweep(sweep, workers, resolved, progress, say, ray)
+    finally:
+        if started:
+            import ray as ray_module
+
+            ray_module.shutdown()
+
+
+def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say,
+               ray) -> list[StudyStatus]:
     sweep = sweep.on_device(device_kind(resolved.type))
-    store = Store.from_url(sweep.storage)
+    store = Store.from_url(sweep.storage, sweep.artifact_root)
     notes, superseded = setup(sweep, store)
     for line in notes:
         say(line)
@@ -157,7 +208,15 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
     refresh()
     threads = max(1, (os.cpu_count() or 1) // workers)
 
+    spread = (resolved.type == "cuda" and resolved.index is None and workers > 1)
+    gpus = visible_gpus() if spread else []
+
     def work(held_out: list[int]) -> None:
+        if ray is not None:
+            from workbench.engine import ray_launcher
+
+            ray_launcher.run_workers(sweep, ray, resolved.type, held_out, refresh, say)
+            return
         if workers == 1:
             torch.set_num_threads(threads)
             Worker(sweep, store, resolved, 0, on_trial_end=refresh if live else None,
@@ -165,7 +224,8 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
             return
         context = multiprocessing.get_context("spawn")
         procs = [context.Process(target=_worker_main,
-                                 args=(sweep.source, sweep.storage, str(resolved), i, threads,
+                                 args=(sweep.source, sweep.storage, sweep.artifact_root,
+                                       str(resolved), i, threads, gpu_for_worker(i, gpus),
                                        [plan.fingerprint for plan in sweep.studies], held_out))
                  for i in range(workers)]
         for proc in procs:
