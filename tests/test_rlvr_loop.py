@@ -95,7 +95,7 @@ def run_rlvr(methods: dict, steps: int = 2, **params):
 
 @pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo", "reinforce_pp",
                                        "reinforce_pp_baseline", "remax", "opo", "gpg",
-                                       "pass_at_k", "gae"])
+                                       "pass_at_k", "ddca", "laser", "gae"])
 def test_every_advantage_method_trains_the_policy(advantage):
     result, logged = run_rlvr({"advantage": registry.get("advantage", advantage)()})
     assert result["steps"] == 2
