@@ -18,15 +18,17 @@ UNKNOWN = {**WRITTEN, "runs": (WRITTEN["runs"][0] | {"a column no store has"},
 @pytest.fixture
 def sqlite_store(tmp_path):
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    client = MlflowClient(url)
-    return url, client, client.create_experiment("runs")
+    client = MlflowClient(url)  # artifacts in the test's folder, not ./mlruns
+    return url, client, client.create_experiment(
+        "runs", artifact_location=(tmp_path / "artifacts").as_uri())
 
 
 @pytest.fixture(scope="module")
-def pg_store(postgres):
+def pg_store(postgres, tmp_path_factory):
     url = postgres.new_database()
     client = MlflowClient(url)
-    return url, client, client.create_experiment("runs")
+    return url, client, client.create_experiment(
+        "runs", artifact_location=tmp_path_factory.mktemp("artifacts").as_uri())
 
 
 def open_and_close(writer: RunWriter, experiment: str) -> list[str]:
