@@ -129,9 +129,26 @@ def worker_count(plan: RayPlan) -> int:
     return max(1, int(sum(per_node)))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a Ray worker ran and how many trials it ran there."""
+
+    index: int
+    node: str  # Ray's node id
+    host: str
+    trials: int
+
+    def line(self) -> str:
+        return (f"Ray worker {self.index} ran {self.trials} trial(s) on node "
+                f"{self.node[:NODE_CHARS]} ({self.host})")
+
+
+NODE_CHARS = 12  # of a node id, in what the launcher says
+
+
 def ray_worker(document: dict, source: str, name: str, storage: str, artifacts: str | None,
                device: str, index: int, fingerprints: list[str], held_out: list[int],
-               threads: int) -> None:
+               threads: int) -> Placement:
     """A Ray task: one sweep worker, from the spec's checked document (the spec file may not
     be on this host), refusing to run when this host's code keys the studies differently."""
     import ray
@@ -141,7 +158,8 @@ def ray_worker(document: dict, source: str, name: str, storage: str, artifacts: 
     from workbench.store import Store
     from workbench.validation import SpecError
 
-    os.environ[RAY_NODE] = ray.get_runtime_context().get_node_id()
+    node = ray.get_runtime_context().get_node_id()
+    os.environ[RAY_NODE] = node
     quiet_libraries()
     torch.set_num_threads(threads)
     sweep = check(document, source, name, storage=storage).on_device(device_kind(device))
@@ -149,21 +167,25 @@ def ray_worker(document: dict, source: str, name: str, storage: str, artifacts: 
         raise SpecError(source, "", f"the workbench on host {this_host()} keys this "
                         "sweep's studies differently (another version of its code or "
                         "methods); install the same checkout on every node")
-    Worker(sweep, Store.from_url(sweep.storage, artifacts), torch.device(device), index,
-           held_out=held_out).run()
+    trials = Worker(sweep, Store.from_url(sweep.storage, artifacts), torch.device(device),
+                    index, held_out=held_out).run()
+    return Placement(index, node, this_host(), trials)
 
 
 def run_workers(sweep: Sweep, plan: RayPlan, device: str, held_out: list[int],
                 refresh: Callable[[], None], say: Callable[[str], None]) -> None:
-    """Start the sweep's workers as Ray tasks and wait for them (``refresh`` about once a
-    second); a worker's refusal (a SpecError, an artifact root another host cannot reach) is
-    raised here, a worker lost more often than ``max_restarts`` is said."""
+    """Start the sweep's workers as Ray tasks, spread over the nodes (Ray's ``SPREAD``: a lost
+    node takes as few workers as it can), and wait for them (``refresh`` about once a second).
+    A worker's refusal (a SpecError, an artifact root another host cannot reach) is raised
+    here; each worker's node and trial count is said as it ends, and a worker lost more often
+    than ``max_restarts``."""
     import ray
 
     n = worker_count(plan)
     task = ray.remote(ray_worker).options(
         num_cpus=plan.cpus_per_worker, num_gpus=plan.gpus_per_worker,
-        max_retries=plan.max_restarts, retry_exceptions=False, name="workbench-worker")
+        max_retries=plan.max_restarts, retry_exceptions=False, name="workbench-worker",
+        scheduling_strategy="SPREAD")
     document = sweep.spec.model_dump(mode="json")
     fingerprints = [p.fingerprint for p in sweep.studies]
     threads = max(1, int(plan.cpus_per_worker))
@@ -177,7 +199,7 @@ def run_workers(sweep: Sweep, plan: RayPlan, device: str, held_out: list[int],
             refresh()
             for ref in done:
                 try:
-                    ray.get(ref)
+                    say(ray.get(ref).line())
                 except ray.exceptions.RayTaskError as err:
                     raise (err.cause if err.cause is not None else err) from None
                 except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,

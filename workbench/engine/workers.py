@@ -64,7 +64,8 @@ class Worker:
     warned: set = field(default_factory=set)
     held_out: list[int] = field(default_factory=list)  # seeds to evaluate best trials on
 
-    def run(self) -> None:
+    def run(self) -> int:
+        """Run trials until none is left to claim; how many this worker ran."""
         storage = self.store.worker_storage()
         client = self.store.mlflow_client()
         claims = Claims(self.sweep, self.store, storage, client)
@@ -74,6 +75,7 @@ class Worker:
         plans = self.sweep.studies
         start = self.index % len(plans)
         writer = RunWriter(client, self.store.mlflow_url)
+        ran = 0
         with MetricSink(self.store.mlflow_url) as sink, contextlib.closing(writer):
             runner = TrialRunner(self.sweep, client, writer, storage, sink, self.device,
                                  self.warned)
@@ -83,6 +85,7 @@ class Worker:
                                           pruner=make_pruner(self.sweep, plan))
                 while (trial := claims.claim(study, plan)) is not None:
                     runner.run(study, plan, trial)
+                    ran += 1
                     if self.on_trial_end:
                         self.on_trial_end()
                 claims.close_study_run(study, plan, experiment_id)
@@ -92,6 +95,7 @@ class Worker:
                 for plan in order:  # studies another worker finished are evaluated here too
                     evaluator.run(optuna.load_study(study_name=plan.name, storage=storage),
                                   plan, self.held_out)
+        return ran
 
 
 def terminate_gracefully() -> None:
@@ -162,18 +166,12 @@ def run_sweep(sweep: Sweep, *, workers: int = 1, device: str | None = None,
 
         resolved = torch.device(ray.device(device or sweep.spec.device))
         started = ray_launcher.connect(ray.address)
-        try:  # before anything is written: a worker no node can hold is refused now
-            ray = replace(ray, workers=ray_launcher.worker_count(ray))
-        except BaseException:
-            if started:
-                import ray as ray_module
-
-                ray_module.shutdown()
-            raise
     else:
         resolved = resolve_device(device or sweep.spec.device)
         started = False
     try:
+        if ray is not None:  # before anything is written: a worker no node holds is refused
+            ray = replace(ray, workers=ray_launcher.worker_count(ray))
         return _run_sweep(sweep, workers, resolved, progress, say, ray)
     finally:
         if started:
