@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench import runs
+from workbench.sink import UPSERT_LATEST, open_writer, rows_for
 from workbench.sink import WRITTEN as METRIC_TABLES
-from workbench.sink import open_writer, rows_for
 
 WRITTEN = {
     **METRIC_TABLES,
@@ -57,12 +57,6 @@ END_RUN = "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?"
 RENAME_RUN = "UPDATE runs SET name = ? WHERE run_uuid = ?"
 INSERT_METRIC = ("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
                  "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-UPSERT_LATEST = (
-    "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key, run_uuid) DO UPDATE SET "
-    "value = excluded.value, timestamp = excluded.timestamp, step = excluded.step, "
-    "is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, excluded.value) > "
-    "(latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)")
 
 
 @dataclass(frozen=True)

@@ -83,15 +83,23 @@ def rows_for(records) -> tuple[list[tuple], list[tuple]]:
     return rows, list(latest.values())
 
 
+def upsert_latest(values: str) -> str:
+    """The ``latest_metrics`` upsert (SQLite and PostgreSQL): a row replaces the stored one
+    only when its (step, timestamp, value) is greater, as MLflow decides its latest point."""
+    return ("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
+            f"VALUES {values} ON CONFLICT (key, run_uuid) DO UPDATE SET "
+            "value = excluded.value, timestamp = excluded.timestamp, step = excluded.step, "
+            "is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, excluded.value) "
+            "> (latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)")
+
+
+UPSERT_LATEST = upsert_latest("(?, ?, ?, ?, ?, ?)")  # one row, DB-API ``?`` placeholders
+
+
 class _SqliteWriter:
     INSERT = ("INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
               "VALUES (?, ?, ?, ?, ?, ?)")
-    UPSERT = (
-        "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key, run_uuid) DO UPDATE SET "
-        "value = excluded.value, timestamp = excluded.timestamp, step = excluded.step, "
-        "is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, excluded.value) > "
-        "(latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)")
+    UPSERT = UPSERT_LATEST
 
     def __init__(self, path: str):
         self.db = sqlite3.connect(path, timeout=120, isolation_level=None,
@@ -142,12 +150,7 @@ class _PostgresWriter:
     INSERT = ("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
               "SELECT key, value, timestamp, run_uuid, step, is_nan "
               "FROM workbench_metrics_stage ON CONFLICT DO NOTHING")
-    UPSERT = (
-        "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES %s "
-        "ON CONFLICT (key, run_uuid) DO UPDATE SET value = EXCLUDED.value, "
-        "timestamp = EXCLUDED.timestamp, step = EXCLUDED.step, is_nan = EXCLUDED.is_nan "
-        "WHERE (EXCLUDED.step, EXCLUDED.timestamp, EXCLUDED.value) > "
-        "(latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)")
+    UPSERT = upsert_latest("%s")  # psycopg2's execute_values fills the %s
 
     def __init__(self, url: str):
         import psycopg2
