@@ -100,3 +100,16 @@ def test_runs_in_the_control_loop_and_logs_its_rejections():
     assert all(m["method/entropy_coef"] == 0.0 for m in logged)
     assert all(0.0 <= m["method/entrocraft_reject_frac"] <= 0.5 for m in logged)
     assert any(m["method/entrocraft_reject_frac"] > 0 for m in logged)
+
+
+def test_on_a_seed_axis_each_seed_rejects_as_in_its_own_run():
+    from tests.test_control_seed_axis import SMALL, both
+
+    methods = {"step_size": registry.get("step_size", "adam")(),
+               "batch_size": registry.get("batch_size", "constant")(),
+               "entropy": registry.get("entropy", "entrocraft")(max_reject=0.9),
+               "advantage": registry.get("advantage", "gae")()}
+    _, together = both("cartpole", SMALL, methods, [3, 4], 3)
+    rejected = [m["method/entrocraft_reject_frac"] for rows in together.values()
+                for _, m in rows]
+    assert any(r > 0 for r in rejected), rejected

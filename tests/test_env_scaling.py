@@ -66,3 +66,16 @@ def test_ppo_takes_the_minibatches_the_method_sets(keep, rows, minibatches):
     assert [m["batch/num_envs"] for m in logged] == [16.0] * 3
     assert [m["batch/minibatches"] for m in logged] == [float(minibatches)] * 3
     assert counter.rows == [rows] * (3 * 2 * minibatches)
+
+
+def test_on_a_seed_axis_every_seed_takes_the_minibatches_of_its_own_run():
+    """The seed-axis loop cuts each seed's batch as the sequential loop does (96 samples, 3
+    seeds x 6 environments x 16 steps; minibatches of 16: 6 of them)."""
+    from tests.test_control_seed_axis import SMALL, both
+
+    methods = {"step_size": registry.get("step_size", "adam")(),
+               "batch_size": scaling(size=96, minibatch_size=16),
+               "entropy": registry.get("entropy", "constant")(),
+               "advantage": registry.get("advantage", "gae")()}
+    _, together = both("cartpole", {**SMALL, "batch_axis": "num_envs"}, methods, [1, 2], 3)
+    assert {m["batch/minibatches"] for rows in together.values() for _, m in rows} == {6.0}
