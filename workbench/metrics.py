@@ -55,6 +55,8 @@ VOCABULARY: dict[str, Metric] = {
     "batch/size": Metric("examples in the step's minibatch", "examples"),
     "batch/num_envs": Metric("environments in the update's rollout", "environments"),
     "batch/rollout_len": Metric("steps per environment in the update's rollout", "steps"),
+    "batch/minibatches": Metric("minibatches each epoch of the update's PPO pass cuts its "
+                                "batch into", "minibatches"),
     "batch/prompts": Metric("prompts P in the step's batch", "prompts"),
     "batch/group_size": Metric("completions G per prompt in the step's batch", "completions"),
     "batch/noise_scale": Metric("the simple noise scale B = tr(Sigma) / |G|^2 (McCandlish et "

@@ -5,8 +5,8 @@ Contract check: ``start({"batch_size": 16, "n_samples": 256})`` and 20 ``next_ba
 calls on synthetic statistics (the per-sample ones included; each step's ``batch_size`` is the
 previous answer, as the loop clamps it). Every answer is a positive int within
 [min_size, max_size or n_samples] when the method declares those hyperparameters (else
-[1, n_samples]); ``diagnostics()`` is a dict of floats; two fresh instances fed the same
-statistics give the same answers and diagnostics.
+[1, n_samples]); ``minibatches(answer, 4)`` is a positive int; ``diagnostics()`` is a dict of
+floats; two fresh instances fed the same statistics give the same answers and diagnostics.
 
 Seed axis (``vectorised = True``): the method is a schedule whose sizes the seeds of a trial
 share; its answers read only ``step`` and the counts all seeds share (``batch_size``,
@@ -60,6 +60,11 @@ class BatchSizeMethod(Method):
     def diagnostics(self) -> dict[str, float]:
         return {}
 
+    def minibatches(self, batch_size: int, configured: int) -> int:
+        """Minibatches per epoch of a multi-epoch update on ``batch_size`` samples, given the
+        loop's ``configured`` count (the default keeps it)."""
+        return configured
+
 
 # caller side -----------------------------------------------------------------------------------
 
@@ -102,6 +107,13 @@ class BatchSlot:
     def diagnostics(self) -> dict[str, float]:
         return {} if self.method is None else self.method.diagnostics()
 
+    def minibatches(self, batch_size: int, configured: int) -> int:
+        """Minibatches per epoch of a multi-epoch update (PPO) on ``batch_size`` samples: the
+        method's answer (at least 1), or the loop's ``configured`` count without a method."""
+        if self.method is None:
+            return configured
+        return max(1, int(self.method.minibatches(batch_size, configured)))
+
 
 # contract check --------------------------------------------------------------------------------
 
@@ -139,6 +151,7 @@ def _run(cls, overrides, feed: list[dict] | None = None):
     fed, samples = [], 0
     for step in range(1, STEPS + 1):
         _check_answer(answers[-1], step - 1, lowest, highest, bounds)
+        _check_minibatches(method, answers[-1], step - 1)
         _check_diagnostics(shown[-1], step - 1)
         if feed is None:
             used = min(max(answers[-1], 1), INFO["n_samples"])
@@ -151,8 +164,17 @@ def _run(cls, overrides, feed: list[dict] | None = None):
                                lambda: method.next_batch_size(step, dict(stats))))  # noqa: B023
         shown.append(guarded(f"in diagnostics() at step {step}", method.diagnostics))
     _check_answer(answers[-1], STEPS, lowest, highest, bounds)
+    _check_minibatches(method, answers[-1], STEPS)
     _check_diagnostics(shown[-1], STEPS)
     return answers, shown, fed
+
+
+def _check_minibatches(method, size: int, step: int) -> None:
+    at = "from start()" if step == 0 else f"at step {step}"
+    count = guarded(f"in minibatches() {at}", lambda: method.minibatches(size, 4))
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ContractViolation(
+            f"minibatches({size}, 4) {at} returned {count!r}; it must be a positive integer")
 
 
 def _check_answer(size, step: int, lowest: int, highest: int, bounds: str) -> None:

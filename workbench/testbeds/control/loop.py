@@ -5,7 +5,8 @@ Slots: ``advantage`` (computes A and R from the rollout), ``entropy`` (coefficie
 hook), ``step_size`` (the optimizer over the actor-critic's parameters; ``observe`` gets the
 KL and the return), ``batch_size`` (samples per update, b = N * T: the loop changes T, the
 rollout length, or N, the number of environments, as ``batch_axis`` says, holding the other
-fixed; b is rounded to a multiple of the fixed one).
+fixed; b is rounded to a multiple of the fixed one; PPO cuts b into as many minibatches as
+the slot's ``minibatches`` says, by default ``ppo.minibatches``).
 
 Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
 ``budget.wall_seconds``, or a non-finite loss or parameter (reported as diverged).
@@ -23,7 +24,7 @@ import torch
 from pydantic import Field
 
 from workbench import seeds
-from workbench.families import open_rl_slots
+from workbench.families import BatchSlot, open_rl_slots
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
@@ -99,9 +100,10 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         rollout_entropy = float(rollout.entropy.mean())
         entropy_coef = entropy_slot.coefficient(update, rollout_entropy)
         # 4. policy update
+        cut = minibatch_settings(ppo, batch_slot, rollout.size)
         if settings.algorithm == "ppo":
             stats = ppo_update(agent, optimizer, rollout, advantages, returns, entropy_coef,
-                               entropy_slot, ppo, update, latest_return, minibatch_order)
+                               entropy_slot, cut, update, latest_return, minibatch_order)
         else:
             stats = reinforce_update(agent, optimizer, rollout, advantages, returns,
                                      entropy_coef, entropy_slot, ppo, update, latest_return)
@@ -111,7 +113,9 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         metrics = update_metrics(rollout, episodes, stats, advantages, returns,
                                  rollout_entropy=rollout_entropy, entropy_coef=entropy_coef,
                                  num_envs=num_envs, horizon=horizon, env_steps=env_steps,
-                                 update=update, seconds=seconds, recent=recent)
+                                 update=update, seconds=seconds, recent=recent,
+                                 minibatches=cut.minibatches
+                                 if settings.algorithm == "ppo" else None)
         log(update, metrics)
         if not (math.isfinite(stats.get("train/policy_loss", 0.0))
                 and math.isfinite(stats.get("train/value_loss", 0.0))
@@ -133,9 +137,11 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
 def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mapping[str, float],
                    advantages: torch.Tensor, returns: torch.Tensor, *, rollout_entropy: float,
                    entropy_coef: float, num_envs: int, horizon: int, env_steps: int,
-                   update: int, seconds: float, recent: deque[float]) -> dict[str, float]:
+                   update: int, seconds: float, recent: deque[float],
+                   minibatches: int | None = None) -> dict[str, float]:
     """The metrics one update logs for one run (its own rollout, advantages and statistics):
-    the same keys in the loop and on a seed axis, where ``seconds`` is the seed's share."""
+    the same keys in the loop and on a seed axis, where ``seconds`` is the seed's share;
+    ``batch/minibatches`` with PPO's ``minibatches``."""
     metrics = {
         **episodes, **stats,
         "train/rollout_entropy": rollout_entropy,
@@ -151,7 +157,16 @@ def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mappi
     }
     if recent:
         metrics["train/return_recent"] = sum(recent) / len(recent)
+    if minibatches is not None:
+        metrics["batch/minibatches"] = float(minibatches)
     return metrics
+
+
+def minibatch_settings(ppo: PPOSettings, batch_slot: BatchSlot, batch: int) -> PPOSettings:
+    """``ppo`` with the number of minibatches the batch-size slot gives a batch of ``batch``
+    samples (``ppo`` itself when that is its own count)."""
+    count = batch_slot.minibatches(batch, ppo.minibatches)
+    return ppo if count == ppo.minibatches else ppo.model_copy(update={"minibatches": count})
 
 
 def finite_per_seed(params: list[torch.Tensor], seeds: int | None) -> torch.Tensor:

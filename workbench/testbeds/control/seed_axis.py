@@ -47,6 +47,7 @@ from workbench.testbeds.control.loop import (
     LoopSettings,
     _reshape,
     finite_per_seed,
+    minibatch_settings,
     update_metrics,
 )
 from workbench.testbeds.control.policy import SeedAxisActorCritic
@@ -106,7 +107,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
         rollout_entropy = [float(r.entropy.mean()) for r in own]
         coefs = [entropy_slots[s].coefficient(update, rollout_entropy[s]) if live[s] else 0.0
                  for s in range(n_seeds)]
-        update_args = (agent, optimizer, own, advantages, returns, coefs, entropy_slots, ppo,
+        cut = minibatch_settings(ppo, batch_slot, own[0].size)
+        update_args = (agent, optimizer, own, advantages, returns, coefs, entropy_slots, cut,
                        live, update, latest_return)
         if settings.algorithm == "ppo":
             stats = ppo_update_seeds(*update_args, minibatch_orders)
@@ -124,7 +126,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
                 own[s], episodes[s], stats[s], advantages[s], returns[s],
                 rollout_entropy=rollout_entropy[s], entropy_coef=coefs[s], num_envs=num_envs,
                 horizon=horizon, env_steps=env_steps, update=update, seconds=share,
-                recent=recent[s])
+                recent=recent[s],
+                minibatches=cut.minibatches if settings.algorithm == "ppo" else None)
         log(update, shown)
         spent = budget.spent(env_steps, share)
         finite = finite_per_seed(agent.parameters, seeds=n_seeds).tolist()
