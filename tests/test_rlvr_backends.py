@@ -189,7 +189,7 @@ def test_bad_arguments_are_rejected(setup):
         setup.backend.generate(ADD_PROMPTS, 2, max_new_tokens=4, temperature=0.0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         setup.backend.generate(ADD_PROMPTS, 2, max_new_tokens=-1)
-    assert setup.backend.generate([], 2, max_new_tokens=4) == Rollouts([], [], [], [])
+    assert setup.backend.generate([], 2, max_new_tokens=4) == Rollouts([], [], [], [], [])
 
 
 def test_hf_backend_batches_do_not_change_greedy_outputs_and_check_their_model(policy_dir):

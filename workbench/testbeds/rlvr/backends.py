@@ -65,9 +65,15 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 BACKENDS = ("hf", "vllm")
+PRECISIONS = ("fp32", "bf16")
 VLLM_MISSING = (
     "the 'vllm' rollout backend needs vLLM, which is not installed here: install the optional "
     "`gpu` extra (pip install 'workbench[gpu]') on a machine with a CUDA GPU, or use the 'hf' "
@@ -93,6 +99,7 @@ class Rollouts:
     response_ids: list[list[int]]
     texts: list[str]
     finished: list[bool]
+    log_probs: list[list[float]] | None = None  # the sampler's, per response token
 
 
 @contextlib.contextmanager
@@ -124,6 +131,20 @@ def cut_at_eos(ids: Sequence[int], eos_token_id: int) -> list[int]:
         return ids
 
 
+def cut_at_stop(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int],
+                stop: Sequence[str]) -> tuple[list[int], bool]:
+    """(``ids`` up to and including the token whose prefix's text, decoded with special
+    tokens kept, first contains one of ``stop``; whether one was found)."""
+    ids = list(ids)
+    if not any(s in tokenizer.decode(ids, skip_special_tokens=False) for s in stop):
+        return ids, False
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:end], skip_special_tokens=False)
+        if any(s in text for s in stop):
+            return ids[:end], True
+    return ids, False
+
+
 class RolloutBackend(ABC):
     """Samples completions of prompts from a policy (see the module docstring for the contract).
 
@@ -148,12 +169,17 @@ class RolloutBackend(ABC):
         temperature: float = 1.0,
         greedy: bool = False,
         seed: int = 0,
+        stop: Sequence[str] = (),
     ) -> Rollouts:
         """``n`` completions of each prompt, completion j of prompt i at index ``i * n + j``;
-        ``greedy`` ignores ``temperature``; the same ``seed`` gives the same output."""
+        ``greedy`` ignores ``temperature``; the same ``seed`` gives the same output; a
+        response is cut after the token that completes the first of the ``stop`` strings."""
         prompts = list(prompts)
+        stop = tuple(stop)
         if not all(isinstance(prompt, str) for prompt in prompts):
             raise TypeError("prompts must be strings")
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n (completions per prompt) must be an integer >= 1, got {n!r}")
         if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
@@ -164,31 +190,44 @@ class RolloutBackend(ABC):
                              f"{temperature!r} (use greedy=True for argmax decoding)")
         prompt_ids = self.tokenizer(prompts)["input_ids"] if prompts else []
         copies = 1 if greedy else n
+        log_probs: list[list[float]] | None = None
         if max_new_tokens == 0 or not prompts:
             responses = [[] for _ in range(len(prompts) * copies)]
+            log_probs = None if greedy else [[] for _ in responses]
         else:
-            responses = self._sample(
+            responses, log_probs = self._sample(
                 prompt_ids, copies, max_new_tokens=max_new_tokens,
-                temperature=None if greedy else float(temperature), seed=seed,
+                temperature=None if greedy else float(temperature), seed=seed, stop=stop,
             )
+        stopped = [False] * len(responses)
+        if stop:
+            cut = [cut_at_stop(self.tokenizer, ids, stop) for ids in responses]
+            responses, stopped = [ids for ids, _ in cut], [flag for _, flag in cut]
+            if log_probs is not None:
+                log_probs = [lp[:len(ids)] for lp, ids in zip(log_probs, responses, strict=True)]
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         if copies != n:
             responses = [list(ids) for ids in responses for _ in range(n)]
             texts = [text for text in texts for _ in range(n)]
+            stopped = [flag for flag in stopped for _ in range(n)]
         return Rollouts(
             prompt_ids=[list(ids) for ids in prompt_ids for _ in range(n)],
             response_ids=responses,
             texts=texts,
-            finished=[bool(ids) and ids[-1] == self.eos_token_id for ids in responses],
+            finished=[flag or (bool(ids) and ids[-1] == self.eos_token_id)
+                      for ids, flag in zip(responses, stopped, strict=True)],
+            log_probs=log_probs,
         )
 
     @abstractmethod
     def _sample(
         self, prompt_ids: list[list[int]], copies: int, *, max_new_tokens: int,
-        temperature: float | None, seed: int,
-    ) -> list[list[int]]:
-        """``copies`` responses per prompt (prompt-major), each cut after its first eos;
-        ``temperature`` None means greedy."""
+        temperature: float | None, seed: int, stop: tuple[str, ...] = (),
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """``copies`` responses per prompt (prompt-major), each cut after its first eos
+        (``stop`` may be used to end generation early; ``generate`` cuts at them), and,
+        when sampling, the sampler's log-probability of each response token (None when
+        greedy); ``temperature`` None means greedy."""
 
     @abstractmethod
     def sync_weights(self, model: PreTrainedModel) -> None:
@@ -205,6 +244,35 @@ class RolloutBackend(ABC):
         self.close()
 
 
+class SamplerLogProbs(LogitsProcessor):
+    """A logits processor that divides the scores by the temperature and records the
+    log-probability log softmax(z / T)[x_t] of each token the sampler then draws (read from
+    the next call's input ids, the last one from the output) in float32; one (rows, V) tensor
+    is held at a time."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        scores = scores / self.temperature
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def result(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(rows, T) log-probabilities of ``new_tokens`` (generate's new columns)."""
+        steps = list(self.steps)
+        if self.previous is not None and len(steps) < new_tokens.shape[1]:
+            steps.append(self.previous.gather(1, new_tokens[:, len(steps), None]).squeeze(1))
+        self.previous, self.steps = None, []
+        if not steps:
+            return new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(steps, dim=1).cpu()
+
+
 class HFBackend(RolloutBackend):
     """``model.generate`` on the training model itself (KV cache, left padding, batched)."""
 
@@ -216,10 +284,15 @@ class HFBackend(RolloutBackend):
         tokenizer: PreTrainedTokenizerBase,
         device: str | torch.device | None = None,
         max_batch_size: int = 512,
+        precision: Literal["fp32", "bf16"] = "fp32",
     ):
         super().__init__(tokenizer)
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of "
+                             f"{', '.join(PRECISIONS)}")
+        self.precision = precision
         if device is not None:
             wanted, actual = torch.device(device), model.device
             if wanted.type != actual.type or (wanted.index is not None
@@ -231,28 +304,46 @@ class HFBackend(RolloutBackend):
         self.pad_token_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                              else self.eos_token_id)
 
-    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
-        sampling = (dict(do_sample=False) if temperature is None
-                    else dict(do_sample=True, temperature=temperature))
+    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed, stop=()):
+        # the temperature is applied by the recorder (HF runs custom processors before its
+        # own warpers), so the log-probs it records are those of the distribution sampled
+        sampling = dict(do_sample=False) if temperature is None else dict(do_sample=True,
+                                                                          temperature=1.0)
+        stopping = dict(stop_strings=list(stop), tokenizer=self.tokenizer) if stop else {}
         prompts_per_call = max(1, self.max_batch_size // copies)
         was_training = self.model.training
         self.model.eval()
         responses: list[list[int]] = []
+        log_probs: list[list[float]] | None = None if temperature is None else []
         try:
-            with preserved_global_rng(seed), torch.no_grad():
+            with preserved_global_rng(seed), torch.no_grad(), self.autocast():
                 for start in range(0, len(prompt_ids), prompts_per_call):
                     input_ids, attention_mask = self._left_pad(
                         prompt_ids[start:start + prompts_per_call])
+                    recorder = None if temperature is None else SamplerLogProbs(temperature)
                     output = self.model.generate(
                         input_ids=input_ids, attention_mask=attention_mask,
                         max_new_tokens=max_new_tokens, num_return_sequences=copies,
                         pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id,
-                        **NEUTRAL_HF_SAMPLING, **sampling,
+                        logits_processor=LogitsProcessorList([recorder] if recorder else []),
+                        **NEUTRAL_HF_SAMPLING, **sampling, **stopping,
                     )
-                    responses += self._split_at_eos(output[:, input_ids.shape[1]:])
+                    new_tokens = output[:, input_ids.shape[1]:]
+                    rows = self._split_at_eos(new_tokens)
+                    responses += rows
+                    if recorder is not None:
+                        recorded = recorder.result(new_tokens).tolist()
+                        log_probs += [lp[:len(row)] for lp, row in zip(recorded, rows,
+                                                                       strict=True)]
         finally:
             self.model.train(was_training)
-        return responses
+        return responses, log_probs
+
+    def autocast(self):
+        """bf16 autocast on the model's device where ``precision`` is bf16, else nothing."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(row) for row in rows)
@@ -350,24 +441,33 @@ class VLLMBackend(RolloutBackend):
             self._llm = vllm.LLM(**kwargs)
         self.sync_weights(model)
 
-    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
+    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed, stop=()):
         seeds = random.Random(seed)
+        sampling = temperature is not None
         params = [
             self._vllm.SamplingParams(
-                n=copies, temperature=0.0 if temperature is None else temperature,
+                n=copies, temperature=temperature if sampling else 0.0,
                 max_tokens=max_new_tokens, seed=seeds.randrange(2**31),
                 # Stop at the tokenizer's eos only, as the hf backend does (ignore_eos drops
                 # the generation_config's other end ids; stop_token_ids still stop).
                 stop_token_ids=[self.eos_token_id], ignore_eos=True, skip_special_tokens=True,
+                stop=list(stop) or None, include_stop_str_in_output=True,
+                # the sampled token's log-probability, after temperature (logprobs_mode)
+                logprobs=0 if sampling else None,
             )
             for _ in prompt_ids
         ]
         prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_ids]
         with preserved_global_rng():
             outputs = self._llm.generate(prompts, params, use_tqdm=False)
-        return [cut_at_eos(completion.token_ids, self.eos_token_id)
-                for output in outputs
-                for completion in sorted(output.outputs, key=lambda c: c.index)]
+        completions = [completion for output in outputs
+                       for completion in sorted(output.outputs, key=lambda c: c.index)]
+        responses = [cut_at_eos(c.token_ids, self.eos_token_id) for c in completions]
+        if not sampling:
+            return responses, None
+        log_probs = [[step[token].logprob for step, token in zip(c.logprobs, ids, strict=False)]
+                     for c, ids in zip(completions, responses, strict=True)]
+        return responses, log_probs
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         """Copy ``model``'s parameters into vLLM's workers (see the module docstring)."""

@@ -56,7 +56,7 @@ class RLVRParams(TaskParams, RLSettings):
     backend: Literal["hf", "vllm"] = "hf"
     # the task's reading of the loop's knob: None derives it from the training solutions
     max_new_tokens: int | None = Field(None, ge=1, description="None: the longest training "
-                                                               "solution + 2")
+                                       "solution + 2 (raw), + 8 (few-shot), 256 (chat)")
     cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU")
 
     def difficulty(self) -> Difficulty:
@@ -110,7 +110,7 @@ class RLVRArith(Task):
                "train/clip_frac_high": "minimize", "train/clip_frac": "minimize",
                "adv/std": "minimize", "method/entropy_coef": "minimize",
                "time/rollout_tokens_per_second": "maximize",
-               "time/train_tokens_per_second": "maximize"}
+               "time/train_tokens_per_second": "maximize", "train/rollout_kl": "minimize"}
     default_objective = "eval/accuracy"
 
     def run(self, params, methods, *, seed, device, budget, log):
@@ -151,9 +151,12 @@ class RLVRArith(Task):
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
         longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
                       for p in train_set)
+        default_length = {"raw": longest + 2, "few-shot": longest + 8, "chat": 256}
         settings = RLSettings.from_flat(
-            params, max_new_tokens=params.max_new_tokens or longest + 2)
-        backend = make_backend(params.backend, policy, tokenizer, path, device)
+            params, max_new_tokens=(params.max_new_tokens
+                                    or default_length[params.prompt_template]))
+        backend = make_backend(params.backend, policy, tokenizer, path, device,
+                               precision=params.precision)
         try:
             return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
                          budget=budget, seed=seed, log=log, reference=reference,
