@@ -3,7 +3,11 @@ of the hf backend, bf16 precision, and truncated importance sampling in the loop
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +22,7 @@ from workbench.testbeds.rlvr.problems import generate
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [p.prompt for p in generate("add", 6, seed=0)]
 TINY = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 5,
         "warmup_batch": 8, "n_train": 60, "n_eval": 4, "eval_k_prompts": 2, "eval_k": 2,
@@ -138,3 +143,17 @@ def test_settings_reject_a_bad_precision_or_cap():
         RLSettings(**{**fields, "precision": "fp16"})
     with pytest.raises(ValueError):
         RLSettings(**{**fields, "tis_cap": 0.0})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_token_benchmark_takes_the_precision_flag(tmp_path, precision):
+    """benchmarks/gpu_check.sh calls ``rlvr_tokens.py --precision {fp32,bf16}``."""
+    out = tmp_path / "rows.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rlvr_tokens.py"), "--quick",
+                    "--device", "cpu", "--prompts", "2", "--samples", "2",
+                    "--max-new-tokens", "4", "--precision", precision, "--json", str(out)],
+                   check=True, capture_output=True, cwd=ROOT, timeout=300)
+    written = json.loads(out.read_text())
+    assert written["precision"] == precision
+    assert [row["precision"] for row in written["rows"]] == [precision]
+    assert written["rows"][0]["train_tokens_per_s"] > 0
