@@ -2,7 +2,8 @@
 
 ``make_backend(name, model, tokenizer, model_dir, device, **options)`` returns a
 ``RolloutBackend`` whose ``generate(prompts, n, max_new_tokens=..., temperature=1.0,
-greedy=False, seed=0)`` gives ``Rollouts`` with completion j of prompt i at index ``i * n + j``:
+greedy=False, seed=0, stop=())`` gives ``Rollouts`` with completion j of prompt i at index
+``i * n + j``:
 
 - ``prompt_ids``: the prompt's token ids as the policy sees them (the tokenizer's own ids, bos
   included where the tokenizer adds one, no padding), the same list for the n copies;
@@ -11,8 +12,14 @@ greedy=False, seed=0)`` gives ``Rollouts`` with completion j of prompt i at inde
   ``max_new_tokens == 0``;
 - ``texts``: ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (what the checker
   reads), decoded here for both backends so they agree exactly;
-- ``finished``: True where the response ends with eos, False where it was cut at
-  ``max_new_tokens``.
+- ``finished``: True where the response ends with eos or a stop string, False where it was
+  cut at ``max_new_tokens``;
+- ``log_probs``: when sampling, the sampler's log-probability of each response token under
+  the distribution it drew from (softmax(logits / temperature), float32); None when greedy.
+
+``stop`` strings end a response after the token whose decoded prefix (special tokens kept)
+first contains one of them (``cut_at_stop``, applied here to both backends' output; the
+engines are also asked to stop there, to save work).
 
 Sampling draws from softmax(logits / temperature) over the whole vocabulary: no top-k, top-p,
 min-p or repetition penalty, whatever the model's ``generation_config`` says, because the RL
@@ -21,39 +28,27 @@ loss needs the sampling distribution to be the policy's. ``greedy=True`` ignores
 ``seed`` gives the same rollouts (for the same prompts, n and batch options), and ``generate``
 leaves the global RNGs (torch CPU and CUDA, ``random``, numpy) as they were. Generation stops at
 ``tokenizer.eos_token_id`` only (a model whose ``generation_config`` lists more end ids, such as
-an instruct model's end-of-turn token, is not stopped by those), so both backends end
-responses at the same token.
+an instruct model's end-of-turn token, is not stopped by those; give it as a stop string), so
+both backends end responses at the same token. ``precision`` (``fp32`` or ``bf16``) is the
+run's one precision setting, the same as the trainer's.
 
 Backends:
 
 - ``hf`` (default, CPU or CUDA): ``model.generate`` with KV cache on the training model itself,
-  left padding, at most ``max_batch_size`` sequences per call (option, default 512).
-  ``sync_weights`` has nothing to copy (it samples from the very object being trained) and only
-  checks that it is given that object.
-- ``vllm`` (optional ``gpu`` extra, CUDA only): ``vllm.LLM`` loading ``model_dir`` (its config,
-  tokenizer and architecture; the weights are replaced by the policy's at construction and by
-  every ``sync_weights``), prompts passed as ``TokensPrompt`` so vLLM sees exactly the HF
-  tokenizer's ids, one ``SamplingParams(n, temperature, max_tokens, seed, stop_token_ids=[eos],
-  ignore_eos=True, skip_special_tokens=True)`` per prompt (temperature 0 when greedy; each
-  prompt gets its own seed drawn from ``seed``). Weight sync where ``vllm.EngineArgs`` has
-  ``worker_extension_cls`` (vLLM 0.8 on; with the V1 engine from 0.8.3): the class
-  ``VLLMWeightReceiver`` is mixed into vLLM's workers with ``worker_extension_cls`` (vLLM's
-  documented RLHF pattern) and ``LLM.collective_rpc`` sends it the policy's parameters
-  serialized with safetensors (bytes travel through every vLLM executor, in-process or not,
-  without ``VLLM_ALLOW_INSECURE_SERIALIZATION``); each worker calls its model's
-  ``load_weights`` (the same HF-name loader vLLM uses for checkpoints). Older vLLM (0.6 - 0.7,
-  V0 engine, in-process by default): the in-process model
-  ``llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights``. The prefix
-  cache is reset after each sync. vLLM is imported lazily; without it ``make_backend("vllm",
-  ...)`` raises an ImportError naming the ``gpu`` extra. The vllm backend is written against
-  vLLM's documented API but is not exercised on the CPU-only development machine.
+  left padding, at most ``max_batch_size`` sequences per call (option, default 512), under bf16
+  autocast for ``bf16``. The temperature is applied by ``SamplerLogProbs``, a logits processor
+  that also records the sampled tokens' log-probabilities (transformers runs custom processors
+  before its own warpers, so ``temperature=1`` is passed to ``generate``). ``sync_weights`` has
+  nothing to copy (it samples from the very object being trained) and only checks that it is
+  given that object.
+- ``vllm`` (optional ``gpu`` extra, CUDA only): ``vllm_backend.VLLMBackend``, imported only
+  when asked for; without vLLM ``make_backend("vllm", ...)`` raises an ImportError naming the
+  ``gpu`` extra.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import gc
 import importlib
 import importlib.util
 import random
@@ -75,9 +70,9 @@ from transformers import (
 BACKENDS = ("hf", "vllm")
 PRECISIONS = ("fp32", "bf16")
 VLLM_MISSING = (
-    "the 'vllm' rollout backend needs vLLM, which is not installed here: install the optional "
-    "`gpu` extra (pip install 'workbench[gpu]') on a machine with a CUDA GPU, or use the 'hf' "
-    "backend"
+    "the 'vllm' rollout backend needs vLLM (>= 0.19.1), which is not installed here: install "
+    "the optional `gpu` extra (pip install -e '.[gpu]') in its own environment on a machine "
+    "with a CUDA GPU (vLLM brings its own pinned torch), or use the 'hf' backend"
 )
 
 # Generation options that would make HF's sampling distribution differ from the policy's;
@@ -237,6 +232,11 @@ class RolloutBackend(ABC):
     def close(self) -> None:
         """Release what the backend holds (idempotent)."""
 
+    def idle(self) -> None:
+        """The loop stops sampling for a while (training): a backend may free memory until
+        its next ``sync_weights`` or ``generate`` (vllm's sleep mode); nothing by default."""
+        return None
+
     def __enter__(self) -> RolloutBackend:
         return self
 
@@ -375,128 +375,10 @@ class HFBackend(RolloutBackend):
         """Nothing to release (the model belongs to the caller)."""
 
 
-class VLLMWeightReceiver:
-    """Mixed into each vLLM worker through ``worker_extension_cls``; ``collective_rpc`` calls
-    ``load_serialized_weights`` on every worker with the policy's parameters."""
-
-    def load_serialized_weights(self, payload: bytes) -> int:
-        """Load safetensors-serialized HF-named tensors into the worker's model; returns how
-        many tensors were given."""
-        from safetensors.torch import load
-
-        weights = load(bytes(payload))
-        self.model_runner.model.load_weights(weights=weights.items())
-        return len(weights)
-
-
 def _import_vllm():
     if importlib.util.find_spec("vllm") is None:
         raise ImportError(VLLM_MISSING)
     return importlib.import_module("vllm")
-
-
-def _policy_weights(model: PreTrainedModel) -> dict[str, torch.Tensor]:
-    """The policy's parameters by HF name on the CPU (tied parameters once, as in a
-    checkpoint written with tied embeddings)."""
-    return {name: param.detach().to("cpu").contiguous()
-            for name, param in model.named_parameters()}
-
-
-class VLLMBackend(RolloutBackend):
-    """vLLM's offline ``LLM`` on the same model directory, weights synced from the policy."""
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        model_dir: str | Path,
-        *,
-        dtype: str = "auto",
-        gpu_memory_utilization: float = 0.3,
-        enforce_eager: bool = True,
-        seed: int = 0,
-        max_model_len: int | None = None,
-        **llm_kwargs: Any,
-    ):
-        """``dtype="auto"`` is vLLM's choice (a float32 checkpoint runs in half precision);
-        ``gpu_memory_utilization`` leaves the rest of the GPU to training; ``enforce_eager``
-        skips CUDA-graph capture (faster start; pass False for throughput); other keyword
-        arguments go to ``vllm.LLM``."""
-        vllm = _import_vllm()
-        super().__init__(tokenizer)
-        self._vllm = vllm
-        self._tokens_prompt = importlib.import_module("vllm.inputs").TokensPrompt
-        engine_fields = {field.name for field in dataclasses.fields(vllm.EngineArgs)}
-        self._uses_extension = "worker_extension_cls" in engine_fields
-        kwargs = dict(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype,
-                      gpu_memory_utilization=gpu_memory_utilization,
-                      enforce_eager=enforce_eager, seed=seed, **llm_kwargs)
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
-        if self._uses_extension:
-            kwargs["worker_extension_cls"] = f"{__name__}.{VLLMWeightReceiver.__qualname__}"
-        with preserved_global_rng():
-            self._llm = vllm.LLM(**kwargs)
-        self.sync_weights(model)
-
-    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed, stop=()):
-        seeds = random.Random(seed)
-        sampling = temperature is not None
-        params = [
-            self._vllm.SamplingParams(
-                n=copies, temperature=temperature if sampling else 0.0,
-                max_tokens=max_new_tokens, seed=seeds.randrange(2**31),
-                # Stop at the tokenizer's eos only, as the hf backend does (ignore_eos drops
-                # the generation_config's other end ids; stop_token_ids still stop).
-                stop_token_ids=[self.eos_token_id], ignore_eos=True, skip_special_tokens=True,
-                stop=list(stop) or None, include_stop_str_in_output=True,
-                # the sampled token's log-probability, after temperature (logprobs_mode)
-                logprobs=0 if sampling else None,
-            )
-            for _ in prompt_ids
-        ]
-        prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_ids]
-        with preserved_global_rng():
-            outputs = self._llm.generate(prompts, params, use_tqdm=False)
-        completions = [completion for output in outputs
-                       for completion in sorted(output.outputs, key=lambda c: c.index)]
-        responses = [cut_at_eos(c.token_ids, self.eos_token_id) for c in completions]
-        if not sampling:
-            return responses, None
-        log_probs = [[step[token].logprob for step, token in zip(c.logprobs, ids, strict=False)]
-                     for c, ids in zip(completions, responses, strict=True)]
-        return responses, log_probs
-
-    def sync_weights(self, model: PreTrainedModel) -> None:
-        """Copy ``model``'s parameters into vLLM's workers (see the module docstring)."""
-        weights = _policy_weights(model)
-        if self._uses_extension:
-            from safetensors.torch import save
-
-            self._llm.collective_rpc(VLLMWeightReceiver.load_serialized_weights.__name__,
-                                     args=(save(weights),))
-        else:
-            engine_model = self._llm.llm_engine.model_executor.driver_worker.model_runner.model
-            engine_model.load_weights(weights.items())
-        reset_prefix_cache = getattr(self._llm, "reset_prefix_cache", None)
-        if reset_prefix_cache is not None:
-            reset_prefix_cache()
-
-    def close(self) -> None:
-        """Shut the engine down and free its GPU memory."""
-        llm, self._llm = getattr(self, "_llm", None), None
-        if llm is None:
-            return
-        del llm
-        gc.collect()
-        with contextlib.suppress(ImportError, AttributeError):
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-            cleanup_dist_env_and_memory()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 def make_backend(
@@ -508,9 +390,11 @@ def make_backend(
     **options: Any,
 ) -> RolloutBackend:
     """The rollout backend ``name`` for ``model`` (on ``device``), loaded from ``model_dir``
-    where the backend needs the directory (vllm; hf ignores it). ``options``: hf
-    ``max_batch_size``; vllm ``dtype``, ``gpu_memory_utilization``, ``enforce_eager``,
-    ``seed``, ``max_model_len`` and any other ``vllm.LLM`` argument."""
+    where the backend needs the directory (vllm; hf ignores it). ``options``: both
+    ``precision``; hf ``max_batch_size``; vllm those of ``vllm_backend.VLLMBackend``
+    (``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``,
+    ``tensor_parallel_size``, ``sleep``, ``sync_chunk_bytes``, any other ``vllm.LLM``
+    argument)."""
     if name == "hf":
         return HFBackend(model, tokenizer, device=device, **options)
     if name == "vllm":
@@ -520,5 +404,7 @@ def make_backend(
                              "the 'hf' backend on this machine")
         if model_dir is None:
             raise ValueError("the vllm backend loads the model directory: pass model_dir")
+        from workbench.testbeds.rlvr.vllm_backend import VLLMBackend
+
         return VLLMBackend(model, tokenizer, model_dir, **options)
     raise ValueError(f"unknown rollout backend {name!r}; choose one of {', '.join(BACKENDS)}")

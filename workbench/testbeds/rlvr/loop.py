@@ -314,7 +314,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
         coefficient = entropy_slot.coefficient(step, mean_entropy)
-        # 5. policy-gradient epochs
+        # 5. policy-gradient epochs (the backend may free its memory meanwhile)
+        backend.idle()
         train_started = time.perf_counter()
         with autocast(settings.precision, device):
             stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,

@@ -54,6 +54,14 @@ class RLVRParams(TaskParams, RLSettings):
     warmup_batch: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     warmup_lr: float = Field(DEFAULT_LR, gt=0)
     backend: Literal["hf", "vllm"] = "hf"
+    # the vllm backend's engine (vllm_backend.EngineOptions); its dtype is ``precision``'s
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm: share "
+                                               "of the GPU for weights and KV cache")
+    vllm_max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + "
+                                           "response; None: the model config's")
+    vllm_enforce_eager: bool = Field(True, description="vllm: no CUDA graphs (faster start)")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs per engine")
+    vllm_sleep: bool = Field(True, description="vllm: sleep mode (level 1) while training")
     # the task's reading of the loop's knob: None derives it from the training solutions
     max_new_tokens: int | None = Field(None, ge=1, description="None: the longest training "
                                        "solution + 2 (raw), + 8 (few-shot), 256 (chat)")
@@ -77,6 +85,18 @@ class RLVRParams(TaskParams, RLSettings):
                     f"distinct {self.kind} problems with {self.digits_min}-{self.digits_max} "
                     "digit operands; lower n_train or raise digits_max")
         return self
+
+
+def backend_options(params: RLVRParams) -> dict:
+    """``make_backend``'s options for the task's backend."""
+    if params.backend == "hf":
+        return {"precision": params.precision}
+    return {"precision": params.precision,
+            "gpu_memory_utilization": params.vllm_gpu_memory_utilization,
+            "max_model_len": params.vllm_max_model_len,
+            "enforce_eager": params.vllm_enforce_eager,
+            "tensor_parallel_size": params.vllm_tensor_parallel_size,
+            "sleep": params.vllm_sleep}
 
 
 class RLVRCountdownParams(RLVRParams):
@@ -156,7 +176,7 @@ class RLVRArith(Task):
             params, max_new_tokens=(params.max_new_tokens
                                     or default_length[params.prompt_template]))
         backend = make_backend(params.backend, policy, tokenizer, path, device,
-                               precision=params.precision)
+                               **backend_options(params))
         try:
             return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
                          budget=budget, seed=seed, log=log, reference=reference,
