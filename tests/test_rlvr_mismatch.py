@@ -112,9 +112,10 @@ def test_truncated_importance_sampling_matches_verls_vanilla_loss_by_hand():
         tis_weights(old, rollout, mask, cap=0.0)
 
 
-def run(**params):
+def run(advantage: str = "grpo", **params):
     task = get_task("rlvr-arith")
     methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    methods["advantage"] = registry.get("advantage", advantage)()
     logged = []
     result = task().run(task.Params(**{**TINY, **params}), methods, seed=0,
                         device=torch.device("cpu"), budget=Budget(steps=2),
@@ -134,6 +135,12 @@ def test_the_loop_logs_precision_and_the_mismatch_every_step(precision):
     if precision == "fp32":  # KV-cache sampling against a full forward pass: last bits only
         assert max(kl) < 1e-5
     assert math.isfinite(result["train/policy_loss"])
+
+
+def test_bf16_trains_a_value_head_in_float32():
+    result, logged = run("gae", precision="bf16")
+    assert math.isfinite(result["train/value_loss"]) and math.isfinite(result["adv/std"])
+    assert "train/rollout_is_capped_frac" not in result  # no cap: TIS off
 
 
 def test_settings_reject_a_bad_precision_or_cap():

@@ -150,7 +150,7 @@ def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
     values = None
     if value_head is not None:
         hidden = out.hidden_states[-1][:, start:start + mask.shape[1] + 1].float()
-        values = value_head(hidden).squeeze(-1)
+        values = value_head(hidden).squeeze(-1).float()  # float32 under bf16 autocast too
         values = torch.cat([values[:, :-1] * mask, values[:, -1:] * 0], dim=1)
     return log_probs, entropy, values
 
