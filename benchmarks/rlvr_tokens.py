@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/rlvr_tokens.py                  # CPU, + CUDA when available
     .venv/bin/python benchmarks/rlvr_tokens.py --quick          # one timed repeat
     .venv/bin/python benchmarks/rlvr_tokens.py --model DIR --device cuda --json out.json
+    .venv/bin/python benchmarks/rlvr_tokens.py --device cuda --precision bf16
 
 One RL step's work on P addition prompts (``problems.generate("add", P)``, 2-3 digit operands as
 in the default task) x G samples at temperature 1, at most ``--max-new-tokens`` each:
@@ -20,6 +21,10 @@ of ``--repeats`` timed runs after one untimed warm-up (the machine is shared: sl
 are other processes' time). Where vllm imports and CUDA exists, the same prompts go through the
 vllm backend on the same model directory (CUDA graphs on) and the table adds the vllm/hf rollout
 ratio on CUDA and the time of one ``sync_weights``.
+
+``--precision bf16`` runs both sides as the loop's ``precision: bf16`` does: the hf backend
+samples under bf16 autocast, the training pass runs under it (fp32 weights), and vllm runs in
+bfloat16; ``fp32`` (the default) is float32 throughout. Each row says which.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pathlib import Path
 import torch
 
 from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.rlvr.loop import autocast
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, load_policy, sequence_log_probs
 from workbench.testbeds.rlvr.problems import Difficulty, generate
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
@@ -77,12 +83,13 @@ def training_batch(rollouts: Rollouts, pad_token_id: int, device: str):
 
 
 def measure_training(model, rollouts: Rollouts, pad_token_id: int, device: str,
-                     repeats: int) -> dict:
+                     repeats: int, precision: str = "fp32") -> dict:
     input_ids, attention_mask, response_mask = training_batch(rollouts, pad_token_id, device)
     model.train()
 
     def step(_: int) -> None:
-        log_probs, _ = sequence_log_probs(model, input_ids, attention_mask, response_mask)
+        with autocast(precision, device):
+            log_probs, _ = sequence_log_probs(model, input_ids, attention_mask, response_mask)
         loss = -log_probs.sum() / response_mask.sum().clamp(min=1)
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -133,6 +140,8 @@ def main() -> None:
     parser.add_argument("--device", nargs="+", default=None, choices=("cpu", "cuda"),
                         help="default: cpu, and cuda when available")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="fp32, or bf16 autocast on both sides (fp32 weights)")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
@@ -142,7 +151,7 @@ def main() -> None:
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"{platform.processor() or 'cpu'}; model {args.model or 'ModelConfig() random'}; "
           f"{args.prompts} prompts x {args.samples} samples, <= {args.max_new_tokens} new "
-          f"tokens; best of {repeats}")
+          f"tokens; {args.precision}; best of {repeats}")
     header = (f"{'device':<6} {'backend':<7} {'rollout tok/s':>14} {'gen tokens':>10} "
               f"{'train tok/s':>12} {'train tokens':>12} {'vllm/hf':>8} {'sync s':>7}")
     print(header)
@@ -155,15 +164,15 @@ def main() -> None:
             for name in backends:
                 row = {"device": device, "backend": name, "prompts": args.prompts,
                        "samples": args.samples, "max_new_tokens": args.max_new_tokens,
-                       "repeats": repeats}
+                       "repeats": repeats, "precision": args.precision}
                 model_dir = args.model
-                options = {}
+                options = {"precision": args.precision}
                 if name == "vllm":
                     if model_dir is None:
                         model_dir = Path(scratch) / "policy"
                         model.save_pretrained(model_dir)
                         tokenizer.save_pretrained(model_dir)
-                    options = dict(enforce_eager=False)
+                    options |= dict(enforce_eager=False)
                 backend = make_backend(name, model, tokenizer, model_dir, device, **options)
                 try:
                     rollout_row, rollouts = measure_rollouts(
@@ -182,13 +191,15 @@ def main() -> None:
                 if name == "hf":  # training does not depend on the backend: once per device
                     pad = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                            else tokenizer.eos_token_id)
-                    row |= measure_training(model, rollouts, pad, device, repeats)
+                    row |= measure_training(model, rollouts, pad, device, repeats,
+                                            args.precision)
                 rows.append(row)
                 print(format_row(row), flush=True)
     if not with_vllm:
         print("vllm: not measured (it needs the `gpu` extra and CUDA)")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "model": str(args.model or "default"),
+                                         "precision": args.precision,
                                          "torch": torch.__version__,
                                          "threads": torch.get_num_threads()}, indent=2))
 

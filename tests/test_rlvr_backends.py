@@ -189,7 +189,7 @@ def test_bad_arguments_are_rejected(setup):
         setup.backend.generate(ADD_PROMPTS, 2, max_new_tokens=4, temperature=0.0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         setup.backend.generate(ADD_PROMPTS, 2, max_new_tokens=-1)
-    assert setup.backend.generate([], 2, max_new_tokens=4) == Rollouts([], [], [], [])
+    assert setup.backend.generate([], 2, max_new_tokens=4) == Rollouts([], [], [], [], [])
 
 
 def test_hf_backend_batches_do_not_change_greedy_outputs_and_check_their_model(policy_dir):
@@ -222,3 +222,32 @@ def test_vllm_backend_without_vllm_names_the_gpu_extra(policy_dir):
     with pytest.raises(ImportError, match="`gpu` extra") as error:
         make_backend("vllm", model, tokenizer, policy_dir, "cpu")
     assert str(error.value) == VLLM_MISSING
+
+
+def test_log_probs_are_those_of_the_distribution_sampled(setup):
+    """The sampler's log-probabilities after temperature agree with the trainer's recomputed
+    ones (fp32 on both sides; vLLM's kernels differ in the last bits)."""
+    from workbench.testbeds.rlvr.loop import build_batch, response_log_probs
+
+    rollouts = setup.backend.generate(ADD_PROMPTS, 2, max_new_tokens=8, temperature=0.7,
+                                      seed=6)
+    problems = generate_problems("add", len(rollouts.texts), seed=0)
+    batch = build_batch(rollouts, problems, list(range(len(problems))),
+                        setup.tokenizer.pad_token_id, 0.0, setup.model.device)
+    with torch.no_grad():
+        trainer = response_log_probs(setup.model, batch, 0.7)[0]
+    assert torch.allclose(batch.rollout_log_probs, trainer, atol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAS_VLLM and HAS_CUDA), reason=VLLM_SKIP)
+def test_vllm_engine_is_reused_across_runs_and_sleeps_while_training(policy_dir):
+    first = open_backend("vllm", policy_dir, "cuda")
+    before = first.backend.generate(ADD_PROMPTS, 2, max_new_tokens=8, seed=3)
+    first.backend.idle()
+    assert first.backend.generate(ADD_PROMPTS, 2, max_new_tokens=8, seed=3) == before
+    engine = first.backend._llm
+    first.backend.close()
+    second = open_backend("vllm", policy_dir, "cuda")
+    assert second.backend._llm is engine
+    assert second.backend.generate(ADD_PROMPTS, 2, max_new_tokens=8, seed=3) == before

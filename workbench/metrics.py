@@ -147,6 +147,24 @@ VOCABULARY: dict[str, Metric] = {
                                   "draws"),
     "train/truncated_fraction": Metric("fraction of completions cut at max_new_tokens",
                                        "fraction"),
+    "train/rollout_kl": Metric("k3 estimate of KL(sampler || trainer) on the step's response "
+                               "tokens: mean (w - 1) - log w, w = exp(log pi_old - log mu), mu "
+                               "the rollout backend's own log-probability", "nats",
+                               "workbench.testbeds.rlvr.mismatch.mismatch_metrics"),
+    "train/rollout_is_mean": Metric("mean over the response tokens of the importance weight w "
+                                    "of the trainer's policy against the sampler's", "ratio",
+                                    "workbench.testbeds.rlvr.mismatch.mismatch_metrics"),
+    "train/rollout_is_max": Metric("largest importance weight w over the response tokens",
+                                   "ratio", "workbench.testbeds.rlvr.mismatch.mismatch_metrics"),
+    "train/rollout_is_capped_frac": Metric("fraction of response tokens whose weight w exceeds "
+                                           "the truncated-importance-sampling cap", "fraction",
+                                           "workbench.testbeds.rlvr.mismatch.mismatch_metrics"),
+    "train/precision_bits": Metric("bits of the floating-point format the policy's forward "
+                                   "passes compute in, rollout and training alike: 32 (fp32) "
+                                   "or 16 (bf16 autocast over fp32 master weights)", "bits"),
+    "time/weight_sync_seconds": Metric("seconds to copy the policy's weights into the rollout "
+                                       "engine after the step (0 where it samples from the "
+                                       "training model itself)", "s"),
     "adv/mean": Metric("mean advantage over valid tokens (or actions)", "advantage"),
     "adv/std": Metric("standard deviation of the advantages over valid tokens", "advantage"),
     "adv/abs_max": Metric("largest |advantage| over valid tokens", "advantage"),

@@ -2,7 +2,8 @@
 
 ``make_backend(name, model, tokenizer, model_dir, device, **options)`` returns a
 ``RolloutBackend`` whose ``generate(prompts, n, max_new_tokens=..., temperature=1.0,
-greedy=False, seed=0)`` gives ``Rollouts`` with completion j of prompt i at index ``i * n + j``:
+greedy=False, seed=0, stop=())`` gives ``Rollouts`` with completion j of prompt i at index
+``i * n + j``:
 
 - ``prompt_ids``: the prompt's token ids as the policy sees them (the tokenizer's own ids, bos
   included where the tokenizer adds one, no padding), the same list for the n copies;
@@ -11,8 +12,14 @@ greedy=False, seed=0)`` gives ``Rollouts`` with completion j of prompt i at inde
   ``max_new_tokens == 0``;
 - ``texts``: ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (what the checker
   reads), decoded here for both backends so they agree exactly;
-- ``finished``: True where the response ends with eos, False where it was cut at
-  ``max_new_tokens``.
+- ``finished``: True where the response ends with eos or a stop string, False where it was
+  cut at ``max_new_tokens``;
+- ``log_probs``: when sampling, the sampler's log-probability of each response token under
+  the distribution it drew from (softmax(logits / temperature), float32); None when greedy.
+
+``stop`` strings end a response after the token whose decoded prefix (special tokens kept)
+first contains one of them (``cut_at_stop``, applied here to both backends' output; the
+engines are also asked to stop there, to save work).
 
 Sampling draws from softmax(logits / temperature) over the whole vocabulary: no top-k, top-p,
 min-p or repetition penalty, whatever the model's ``generation_config`` says, because the RL
@@ -21,39 +28,27 @@ loss needs the sampling distribution to be the policy's. ``greedy=True`` ignores
 ``seed`` gives the same rollouts (for the same prompts, n and batch options), and ``generate``
 leaves the global RNGs (torch CPU and CUDA, ``random``, numpy) as they were. Generation stops at
 ``tokenizer.eos_token_id`` only (a model whose ``generation_config`` lists more end ids, such as
-an instruct model's end-of-turn token, is not stopped by those), so both backends end
-responses at the same token.
+an instruct model's end-of-turn token, is not stopped by those; give it as a stop string), so
+both backends end responses at the same token. ``precision`` (``fp32`` or ``bf16``) is the
+run's one precision setting, the same as the trainer's.
 
 Backends:
 
 - ``hf`` (default, CPU or CUDA): ``model.generate`` with KV cache on the training model itself,
-  left padding, at most ``max_batch_size`` sequences per call (option, default 512).
-  ``sync_weights`` has nothing to copy (it samples from the very object being trained) and only
-  checks that it is given that object.
-- ``vllm`` (optional ``gpu`` extra, CUDA only): ``vllm.LLM`` loading ``model_dir`` (its config,
-  tokenizer and architecture; the weights are replaced by the policy's at construction and by
-  every ``sync_weights``), prompts passed as ``TokensPrompt`` so vLLM sees exactly the HF
-  tokenizer's ids, one ``SamplingParams(n, temperature, max_tokens, seed, stop_token_ids=[eos],
-  ignore_eos=True, skip_special_tokens=True)`` per prompt (temperature 0 when greedy; each
-  prompt gets its own seed drawn from ``seed``). Weight sync where ``vllm.EngineArgs`` has
-  ``worker_extension_cls`` (vLLM 0.8 on; with the V1 engine from 0.8.3): the class
-  ``VLLMWeightReceiver`` is mixed into vLLM's workers with ``worker_extension_cls`` (vLLM's
-  documented RLHF pattern) and ``LLM.collective_rpc`` sends it the policy's parameters
-  serialized with safetensors (bytes travel through every vLLM executor, in-process or not,
-  without ``VLLM_ALLOW_INSECURE_SERIALIZATION``); each worker calls its model's
-  ``load_weights`` (the same HF-name loader vLLM uses for checkpoints). Older vLLM (0.6 - 0.7,
-  V0 engine, in-process by default): the in-process model
-  ``llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights``. The prefix
-  cache is reset after each sync. vLLM is imported lazily; without it ``make_backend("vllm",
-  ...)`` raises an ImportError naming the ``gpu`` extra. The vllm backend is written against
-  vLLM's documented API but is not exercised on the CPU-only development machine.
+  left padding, at most ``max_batch_size`` sequences per call (option, default 512), under bf16
+  autocast for ``bf16``. The temperature is applied by ``SamplerLogProbs``, a logits processor
+  that also records the sampled tokens' log-probabilities (transformers runs custom processors
+  before its own warpers, so ``temperature=1`` is passed to ``generate``). ``sync_weights`` has
+  nothing to copy (it samples from the very object being trained) and only checks that it is
+  given that object.
+- ``vllm`` (optional ``gpu`` extra, CUDA only): ``vllm_backend.VLLMBackend``, imported only
+  when asked for; without vLLM ``make_backend("vllm", ...)`` raises an ImportError naming the
+  ``gpu`` extra.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import gc
 import importlib
 import importlib.util
 import random
@@ -65,13 +60,19 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 BACKENDS = ("hf", "vllm")
+PRECISIONS = ("fp32", "bf16")
 VLLM_MISSING = (
-    "the 'vllm' rollout backend needs vLLM, which is not installed here: install the optional "
-    "`gpu` extra (pip install 'workbench[gpu]') on a machine with a CUDA GPU, or use the 'hf' "
-    "backend"
+    "the 'vllm' rollout backend needs vLLM (>= 0.19.1), which is not installed here: install "
+    "the optional `gpu` extra (pip install -e '.[gpu]') in its own environment on a machine "
+    "with a CUDA GPU (vLLM brings its own pinned torch), or use the 'hf' backend"
 )
 
 # Generation options that would make HF's sampling distribution differ from the policy's;
@@ -93,6 +94,7 @@ class Rollouts:
     response_ids: list[list[int]]
     texts: list[str]
     finished: list[bool]
+    log_probs: list[list[float]] | None = None  # the sampler's, per response token
 
 
 @contextlib.contextmanager
@@ -124,6 +126,20 @@ def cut_at_eos(ids: Sequence[int], eos_token_id: int) -> list[int]:
         return ids
 
 
+def cut_at_stop(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int],
+                stop: Sequence[str]) -> tuple[list[int], bool]:
+    """(``ids`` up to and including the token whose prefix's text, decoded with special
+    tokens kept, first contains one of ``stop``; whether one was found)."""
+    ids = list(ids)
+    if not any(s in tokenizer.decode(ids, skip_special_tokens=False) for s in stop):
+        return ids, False
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:end], skip_special_tokens=False)
+        if any(s in text for s in stop):
+            return ids[:end], True
+    return ids, False
+
+
 class RolloutBackend(ABC):
     """Samples completions of prompts from a policy (see the module docstring for the contract).
 
@@ -148,12 +164,17 @@ class RolloutBackend(ABC):
         temperature: float = 1.0,
         greedy: bool = False,
         seed: int = 0,
+        stop: Sequence[str] = (),
     ) -> Rollouts:
         """``n`` completions of each prompt, completion j of prompt i at index ``i * n + j``;
-        ``greedy`` ignores ``temperature``; the same ``seed`` gives the same output."""
+        ``greedy`` ignores ``temperature``; the same ``seed`` gives the same output; a
+        response is cut after the token that completes the first of the ``stop`` strings."""
         prompts = list(prompts)
+        stop = tuple(stop)
         if not all(isinstance(prompt, str) for prompt in prompts):
             raise TypeError("prompts must be strings")
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n (completions per prompt) must be an integer >= 1, got {n!r}")
         if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
@@ -164,31 +185,44 @@ class RolloutBackend(ABC):
                              f"{temperature!r} (use greedy=True for argmax decoding)")
         prompt_ids = self.tokenizer(prompts)["input_ids"] if prompts else []
         copies = 1 if greedy else n
+        log_probs: list[list[float]] | None = None
         if max_new_tokens == 0 or not prompts:
             responses = [[] for _ in range(len(prompts) * copies)]
+            log_probs = None if greedy else [[] for _ in responses]
         else:
-            responses = self._sample(
+            responses, log_probs = self._sample(
                 prompt_ids, copies, max_new_tokens=max_new_tokens,
-                temperature=None if greedy else float(temperature), seed=seed,
+                temperature=None if greedy else float(temperature), seed=seed, stop=stop,
             )
+        stopped = [False] * len(responses)
+        if stop:
+            cut = [cut_at_stop(self.tokenizer, ids, stop) for ids in responses]
+            responses, stopped = [ids for ids, _ in cut], [flag for _, flag in cut]
+            if log_probs is not None:
+                log_probs = [lp[:len(ids)] for lp, ids in zip(log_probs, responses, strict=True)]
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         if copies != n:
             responses = [list(ids) for ids in responses for _ in range(n)]
             texts = [text for text in texts for _ in range(n)]
+            stopped = [flag for flag in stopped for _ in range(n)]
         return Rollouts(
             prompt_ids=[list(ids) for ids in prompt_ids for _ in range(n)],
             response_ids=responses,
             texts=texts,
-            finished=[bool(ids) and ids[-1] == self.eos_token_id for ids in responses],
+            finished=[flag or (bool(ids) and ids[-1] == self.eos_token_id)
+                      for ids, flag in zip(responses, stopped, strict=True)],
+            log_probs=log_probs,
         )
 
     @abstractmethod
     def _sample(
         self, prompt_ids: list[list[int]], copies: int, *, max_new_tokens: int,
-        temperature: float | None, seed: int,
-    ) -> list[list[int]]:
-        """``copies`` responses per prompt (prompt-major), each cut after its first eos;
-        ``temperature`` None means greedy."""
+        temperature: float | None, seed: int, stop: tuple[str, ...] = (),
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """``copies`` responses per prompt (prompt-major), each cut after its first eos
+        (``stop`` may be used to end generation early; ``generate`` cuts at them), and,
+        when sampling, the sampler's log-probability of each response token (None when
+        greedy); ``temperature`` None means greedy."""
 
     @abstractmethod
     def sync_weights(self, model: PreTrainedModel) -> None:
@@ -198,11 +232,45 @@ class RolloutBackend(ABC):
     def close(self) -> None:
         """Release what the backend holds (idempotent)."""
 
+    def idle(self) -> None:
+        """The loop stops sampling for a while (training): a backend may free memory until
+        its next ``sync_weights`` or ``generate`` (vllm's sleep mode); nothing by default."""
+        return None
+
     def __enter__(self) -> RolloutBackend:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class SamplerLogProbs(LogitsProcessor):
+    """A logits processor that divides the scores by the temperature and records the
+    log-probability log softmax(z / T)[x_t] of each token the sampler then draws (read from
+    the next call's input ids, the last one from the output) in float32; one (rows, V) tensor
+    is held at a time."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        scores = scores / self.temperature
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def result(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(rows, T) log-probabilities of ``new_tokens`` (generate's new columns)."""
+        steps = list(self.steps)
+        if self.previous is not None and len(steps) < new_tokens.shape[1]:
+            steps.append(self.previous.gather(1, new_tokens[:, len(steps), None]).squeeze(1))
+        self.previous, self.steps = None, []
+        if not steps:
+            return new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(steps, dim=1).cpu()
 
 
 class HFBackend(RolloutBackend):
@@ -216,10 +284,15 @@ class HFBackend(RolloutBackend):
         tokenizer: PreTrainedTokenizerBase,
         device: str | torch.device | None = None,
         max_batch_size: int = 512,
+        precision: Literal["fp32", "bf16"] = "fp32",
     ):
         super().__init__(tokenizer)
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of "
+                             f"{', '.join(PRECISIONS)}")
+        self.precision = precision
         if device is not None:
             wanted, actual = torch.device(device), model.device
             if wanted.type != actual.type or (wanted.index is not None
@@ -231,28 +304,46 @@ class HFBackend(RolloutBackend):
         self.pad_token_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                              else self.eos_token_id)
 
-    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
-        sampling = (dict(do_sample=False) if temperature is None
-                    else dict(do_sample=True, temperature=temperature))
+    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed, stop=()):
+        # the temperature is applied by the recorder (HF runs custom processors before its
+        # own warpers), so the log-probs it records are those of the distribution sampled
+        sampling = dict(do_sample=False) if temperature is None else dict(do_sample=True,
+                                                                          temperature=1.0)
+        stopping = dict(stop_strings=list(stop), tokenizer=self.tokenizer) if stop else {}
         prompts_per_call = max(1, self.max_batch_size // copies)
         was_training = self.model.training
         self.model.eval()
         responses: list[list[int]] = []
+        log_probs: list[list[float]] | None = None if temperature is None else []
         try:
-            with preserved_global_rng(seed), torch.no_grad():
+            with preserved_global_rng(seed), torch.no_grad(), self.autocast():
                 for start in range(0, len(prompt_ids), prompts_per_call):
                     input_ids, attention_mask = self._left_pad(
                         prompt_ids[start:start + prompts_per_call])
+                    recorder = None if temperature is None else SamplerLogProbs(temperature)
                     output = self.model.generate(
                         input_ids=input_ids, attention_mask=attention_mask,
                         max_new_tokens=max_new_tokens, num_return_sequences=copies,
                         pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id,
-                        **NEUTRAL_HF_SAMPLING, **sampling,
+                        logits_processor=LogitsProcessorList([recorder] if recorder else []),
+                        **NEUTRAL_HF_SAMPLING, **sampling, **stopping,
                     )
-                    responses += self._split_at_eos(output[:, input_ids.shape[1]:])
+                    new_tokens = output[:, input_ids.shape[1]:]
+                    rows = self._split_at_eos(new_tokens)
+                    responses += rows
+                    if recorder is not None:
+                        recorded = recorder.result(new_tokens).tolist()
+                        log_probs += [lp[:len(row)] for lp, row in zip(recorded, rows,
+                                                                       strict=True)]
         finally:
             self.model.train(was_training)
-        return responses
+        return responses, log_probs
+
+    def autocast(self):
+        """bf16 autocast on the model's device where ``precision`` is bf16, else nothing."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(row) for row in rows)
@@ -284,119 +375,10 @@ class HFBackend(RolloutBackend):
         """Nothing to release (the model belongs to the caller)."""
 
 
-class VLLMWeightReceiver:
-    """Mixed into each vLLM worker through ``worker_extension_cls``; ``collective_rpc`` calls
-    ``load_serialized_weights`` on every worker with the policy's parameters."""
-
-    def load_serialized_weights(self, payload: bytes) -> int:
-        """Load safetensors-serialized HF-named tensors into the worker's model; returns how
-        many tensors were given."""
-        from safetensors.torch import load
-
-        weights = load(bytes(payload))
-        self.model_runner.model.load_weights(weights=weights.items())
-        return len(weights)
-
-
 def _import_vllm():
     if importlib.util.find_spec("vllm") is None:
         raise ImportError(VLLM_MISSING)
     return importlib.import_module("vllm")
-
-
-def _policy_weights(model: PreTrainedModel) -> dict[str, torch.Tensor]:
-    """The policy's parameters by HF name on the CPU (tied parameters once, as in a
-    checkpoint written with tied embeddings)."""
-    return {name: param.detach().to("cpu").contiguous()
-            for name, param in model.named_parameters()}
-
-
-class VLLMBackend(RolloutBackend):
-    """vLLM's offline ``LLM`` on the same model directory, weights synced from the policy."""
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        model_dir: str | Path,
-        *,
-        dtype: str = "auto",
-        gpu_memory_utilization: float = 0.3,
-        enforce_eager: bool = True,
-        seed: int = 0,
-        max_model_len: int | None = None,
-        **llm_kwargs: Any,
-    ):
-        """``dtype="auto"`` is vLLM's choice (a float32 checkpoint runs in half precision);
-        ``gpu_memory_utilization`` leaves the rest of the GPU to training; ``enforce_eager``
-        skips CUDA-graph capture (faster start; pass False for throughput); other keyword
-        arguments go to ``vllm.LLM``."""
-        vllm = _import_vllm()
-        super().__init__(tokenizer)
-        self._vllm = vllm
-        self._tokens_prompt = importlib.import_module("vllm.inputs").TokensPrompt
-        engine_fields = {field.name for field in dataclasses.fields(vllm.EngineArgs)}
-        self._uses_extension = "worker_extension_cls" in engine_fields
-        kwargs = dict(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype,
-                      gpu_memory_utilization=gpu_memory_utilization,
-                      enforce_eager=enforce_eager, seed=seed, **llm_kwargs)
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
-        if self._uses_extension:
-            kwargs["worker_extension_cls"] = f"{__name__}.{VLLMWeightReceiver.__qualname__}"
-        with preserved_global_rng():
-            self._llm = vllm.LLM(**kwargs)
-        self.sync_weights(model)
-
-    def _sample(self, prompt_ids, copies, *, max_new_tokens, temperature, seed):
-        seeds = random.Random(seed)
-        params = [
-            self._vllm.SamplingParams(
-                n=copies, temperature=0.0 if temperature is None else temperature,
-                max_tokens=max_new_tokens, seed=seeds.randrange(2**31),
-                # Stop at the tokenizer's eos only, as the hf backend does (ignore_eos drops
-                # the generation_config's other end ids; stop_token_ids still stop).
-                stop_token_ids=[self.eos_token_id], ignore_eos=True, skip_special_tokens=True,
-            )
-            for _ in prompt_ids
-        ]
-        prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_ids]
-        with preserved_global_rng():
-            outputs = self._llm.generate(prompts, params, use_tqdm=False)
-        return [cut_at_eos(completion.token_ids, self.eos_token_id)
-                for output in outputs
-                for completion in sorted(output.outputs, key=lambda c: c.index)]
-
-    def sync_weights(self, model: PreTrainedModel) -> None:
-        """Copy ``model``'s parameters into vLLM's workers (see the module docstring)."""
-        weights = _policy_weights(model)
-        if self._uses_extension:
-            from safetensors.torch import save
-
-            self._llm.collective_rpc(VLLMWeightReceiver.load_serialized_weights.__name__,
-                                     args=(save(weights),))
-        else:
-            engine_model = self._llm.llm_engine.model_executor.driver_worker.model_runner.model
-            engine_model.load_weights(weights.items())
-        reset_prefix_cache = getattr(self._llm, "reset_prefix_cache", None)
-        if reset_prefix_cache is not None:
-            reset_prefix_cache()
-
-    def close(self) -> None:
-        """Shut the engine down and free its GPU memory."""
-        llm, self._llm = getattr(self, "_llm", None), None
-        if llm is None:
-            return
-        del llm
-        gc.collect()
-        with contextlib.suppress(ImportError, AttributeError):
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-            cleanup_dist_env_and_memory()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 def make_backend(
@@ -408,9 +390,11 @@ def make_backend(
     **options: Any,
 ) -> RolloutBackend:
     """The rollout backend ``name`` for ``model`` (on ``device``), loaded from ``model_dir``
-    where the backend needs the directory (vllm; hf ignores it). ``options``: hf
-    ``max_batch_size``; vllm ``dtype``, ``gpu_memory_utilization``, ``enforce_eager``,
-    ``seed``, ``max_model_len`` and any other ``vllm.LLM`` argument."""
+    where the backend needs the directory (vllm; hf ignores it). ``options``: both
+    ``precision``; hf ``max_batch_size``; vllm those of ``vllm_backend.VLLMBackend``
+    (``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``,
+    ``tensor_parallel_size``, ``sleep``, ``sync_chunk_bytes``, any other ``vllm.LLM``
+    argument)."""
     if name == "hf":
         return HFBackend(model, tokenizer, device=device, **options)
     if name == "vllm":
@@ -420,5 +404,7 @@ def make_backend(
                              "the 'hf' backend on this machine")
         if model_dir is None:
             raise ValueError("the vllm backend loads the model directory: pass model_dir")
+        from workbench.testbeds.rlvr.vllm_backend import VLLMBackend
+
         return VLLMBackend(model, tokenizer, model_dir, **options)
     raise ValueError(f"unknown rollout backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -15,6 +15,11 @@ not graded.
 
 Well-formed means ``extract_answer`` returns text; a well-formed wrong answer earns
 ``format_reward``.
+
+``rule="marked"`` (the ``few-shot`` and ``chat`` prompt templates, ``prompting``): the graded
+text is the one after the completion's last ``####`` up to the end of that line
+(``prompting.marked_answer``), checked as above as a completion without a scratchpad; no
+``####`` is malformed.
 """
 
 from __future__ import annotations
@@ -24,18 +29,26 @@ from collections import Counter
 from fractions import Fraction
 
 from workbench.testbeds.rlvr.problems import KINDS, Problem
+from workbench.testbeds.rlvr.prompting import marked_answer
 
 MAX_EXPRESSION_CHARS = 128
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 _TOKEN = re.compile(r"[0-9]+|[-+*/()]")
 
 
-def extract_answer(problem: Problem, completion: str) -> str | None:
-    """The final answer text of ``completion``, or None when it is malformed."""
+def extract_answer(problem: Problem, completion: str, rule: str = "whole") -> str | None:
+    """The final answer text of ``completion``, or None when it is malformed; ``rule``
+    ``whole`` (the completion is the answer) or ``marked`` (after the last ``####``)."""
     if problem.kind not in KINDS:
         raise ValueError(f"unknown problem kind {problem.kind!r}; choose one of {KINDS}")
+    if rule not in ("whole", "marked"):
+        raise ValueError(f"unknown answer rule {rule!r}; choose 'whole' or 'marked'")
     text = completion.rstrip()
-    if problem.scratchpad:
+    if rule == "marked":
+        text = marked_answer(completion)
+        if text is None:
+            return None
+    elif problem.scratchpad:
         worked, _, text = text.rpartition("\n")
         if not text.startswith("#") or "#" in worked:
             return None
@@ -45,9 +58,10 @@ def extract_answer(problem: Problem, completion: str) -> str | None:
     return text if _INTEGER.fullmatch(text) and text != "-0" else None
 
 
-def is_correct(problem: Problem, completion: str) -> bool:
-    """Whether ``completion`` is well-formed and its answer verifies."""
-    answer = extract_answer(problem, completion)
+def is_correct(problem: Problem, completion: str, rule: str = "whole") -> bool:
+    """Whether ``completion`` is well-formed and its answer verifies (``rule``: as
+    ``extract_answer``)."""
+    answer = extract_answer(problem, completion, rule)
     if answer is None:
         return False
     if problem.kind != "countdown":
@@ -61,13 +75,14 @@ def is_correct(problem: Problem, completion: str) -> bool:
         return False
 
 
-def reward(problem: Problem, completion: str, format_reward: float = 0.0) -> float:
+def reward(problem: Problem, completion: str, format_reward: float = 0.0,
+           rule: str = "whole") -> float:
     """1.0 if verified, ``format_reward`` if well-formed but wrong, else 0.0."""
     if not 0.0 <= format_reward <= 1.0:
         raise ValueError(f"format_reward must be in [0, 1], got {format_reward}")
-    if is_correct(problem, completion):
+    if is_correct(problem, completion, rule):
         return 1.0
-    return format_reward if extract_answer(problem, completion) is not None else 0.0
+    return format_reward if extract_answer(problem, completion, rule) is not None else 0.0
 
 
 def _parse(text: str):

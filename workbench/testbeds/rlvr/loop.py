@@ -9,7 +9,9 @@ Per step k:
 2. rewards: 1 for a verified answer, else ``format_reward`` if well formed, else 0, placed at
    the last response token (token-level rewards, as verl);
 3. log-probabilities of the responses under the sampling policy (``old``) and, with a KL term,
-   under the frozen reference (the starting checkpoint);
+   under the frozen reference (the starting checkpoint); against the rollout backend's own
+   log-probabilities of the same tokens, the mismatch metrics and, with ``tis_cap``, the
+   truncated importance weights (``mismatch``);
 4. advantages ``A, R = advantage.compute(rewards, mask, group_ids, ...)``; methods needing
    ``values`` (PPO with GAE) get them from a value head on the policy's last hidden state,
    trained with ``value_coef * 0.5 (V - R)^2``; ReMax's ``reward_baselines`` are the rewards of
@@ -24,12 +26,17 @@ Per step k:
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
+``precision: bf16`` runs every forward pass of the policy (and the reference) under bf16
+autocast, the weights, gradients and optimizer state staying fp32; the hf backend samples under
+the same autocast and the vllm backend in bfloat16 (``fp32``: float32 on both sides).
+
 Held-out evaluation (greedy pass@1 and sampled pass@k) runs at step 0 and every
 ``eval_every`` steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -49,8 +56,10 @@ from workbench.families import (
 )
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
+from workbench.testbeds.rlvr.mismatch import mismatch_metrics, tis_weights
 from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
+from workbench.testbeds.rlvr.prompting import DEFAULT_STOP, PromptFormat
 from workbench.testbeds.rlvr.settings import RLSettings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
@@ -73,6 +82,7 @@ class Batch:
     correct: torch.Tensor  # (B,) bool
     group_ids: torch.Tensor  # (B,) long
     problems: list[Problem]  # the problem each row answers
+    rollout_log_probs: torch.Tensor | None = None  # (B, T) the sampler's, 0 off the mask
 
     @property
     def rewards(self) -> torch.Tensor:
@@ -86,7 +96,7 @@ class Batch:
 
 
 def build_batch(rollouts: Rollouts, problems: Sequence[Problem], group_ids: Sequence[int],
-                pad_id: int, format_reward: float, device) -> Batch:
+                pad_id: int, format_reward: float, device, rule: str = "whole") -> Batch:
     """Tensors for the completions of ``rollouts`` (completion i answers ``problems[i]``)."""
     width = max(len(p) for p in rollouts.prompt_ids)
     horizon = max(1, max(len(r) for r in rollouts.response_ids))
@@ -100,13 +110,20 @@ def build_batch(rollouts: Rollouts, problems: Sequence[Problem], group_ids: Sequ
         ids[i, width:width + len(response)] = torch.tensor(response, dtype=torch.long)
         attention[i, width - len(prompt):width + len(response)] = 1
         response_mask[i, :len(response)] = 1
-    scores = torch.tensor([reward(p, text, format_reward)
+    scores = torch.tensor([reward(p, text, format_reward, rule)
                            for p, text in zip(problems, rollouts.texts, strict=True)])
-    correct = torch.tensor([is_correct(p, text)
+    correct = torch.tensor([is_correct(p, text, rule)
                             for p, text in zip(problems, rollouts.texts, strict=True)])
+    sampler = None
+    if rollouts.log_probs is not None:
+        sampler = torch.zeros((rows, horizon))
+        for i, values in enumerate(rollouts.log_probs):
+            sampler[i, :len(values)] = torch.tensor(values, dtype=torch.float32)
+        sampler = sampler.to(device)
     return Batch(ids.to(device), attention.to(device), response_mask.to(device), width,
                  scores.to(device), correct.to(device),
-                 torch.tensor(list(group_ids), dtype=torch.long, device=device), list(problems))
+                 torch.tensor(list(group_ids), dtype=torch.long, device=device), list(problems),
+                 sampler)
 
 
 def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
@@ -133,7 +150,7 @@ def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
     values = None
     if value_head is not None:
         hidden = out.hidden_states[-1][:, start:start + mask.shape[1] + 1].float()
-        values = value_head(hidden).squeeze(-1)
+        values = value_head(hidden).squeeze(-1).float()  # float32 under bf16 autocast too
         values = torch.cat([values[:, :-1] * mask, values[:, -1:] * 0], dim=1)
     return log_probs, entropy, values
 
@@ -154,7 +171,7 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
         started = time.perf_counter()
         out = backend.generate([p.prompt for p in problems], group_size,
                                max_new_tokens=settings.max_new_tokens,
-                               temperature=settings.temperature,
+                               temperature=settings.temperature, stop=stop_strings(settings),
                                seed=seeds.int_seed(seed, "rollouts", step, draws))
         seconds += time.perf_counter() - started
         tokens += sum(len(r) for r in out.response_ids)
@@ -162,33 +179,31 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
         for g, problem in enumerate(problems):
             rows = range(g * group_size, (g + 1) * group_size)
             texts = [out.texts[i] for i in rows]
-            scores = {reward(problem, t, settings.format_reward) for t in texts}
+            scores = {reward(problem, t, settings.format_reward, answer_rule(settings))
+                      for t in texts}
             groups_seen += 1
             if len(scores) == 1:
                 zero_var += 1
                 if settings.dynamic_sampling:
                     continue
             kept_problems.append(problem)
-            kept.append(Rollouts([out.prompt_ids[i] for i in rows],
-                                 [out.response_ids[i] for i in rows], texts,
-                                 [out.finished[i] for i in rows]))
+            kept.append(_group(out, rows))
         if not settings.dynamic_sampling or len(kept) >= prompts or draws > settings.max_refills:
             break
     kept, kept_problems = kept[:prompts], kept_problems[:prompts]
     if not kept:  # dynamic sampling found no group with signal: train on the last draw
         kept_problems = problems
-        kept = [Rollouts([out.prompt_ids[i] for i in range(g * group_size, (g + 1) * group_size)],
-                         [out.response_ids[i] for i in range(g * group_size,
-                                                             (g + 1) * group_size)],
-                         out.texts[g * group_size:(g + 1) * group_size],
-                         out.finished[g * group_size:(g + 1) * group_size])
+        kept = [_group(out, range(g * group_size, (g + 1) * group_size))
                 for g in range(len(problems))]
     merged = Rollouts(
         [ids for r in kept for ids in r.prompt_ids], [ids for r in kept for ids in r.response_ids],
-        [t for r in kept for t in r.texts], [f for r in kept for f in r.finished])
+        [t for r in kept for t in r.texts], [f for r in kept for f in r.finished],
+        None if any(r.log_probs is None for r in kept)
+        else [lp for r in kept for lp in r.log_probs])
     row_problems = [p for p in kept_problems for _ in range(group_size)]
     group_ids = [g for g in range(len(kept)) for _ in range(group_size)]
-    batch = build_batch(merged, row_problems, group_ids, pad_id, settings.format_reward, device)
+    batch = build_batch(merged, row_problems, group_ids, pad_id, settings.format_reward, device,
+                        answer_rule(settings))
     stats = {"train/zero_variance_groups": zero_var / max(groups_seen, 1),
              "train/rollout_draws": float(draws),
              "train/truncated_fraction": 1.0 - sum(merged.finished) / len(merged.finished),
@@ -200,22 +215,39 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
     return batch, stats
 
 
+def _group(out: Rollouts, rows: range) -> Rollouts:
+    """The rows ``rows`` of ``out``."""
+    return Rollouts([out.prompt_ids[i] for i in rows], [out.response_ids[i] for i in rows],
+                    [out.texts[i] for i in rows], [out.finished[i] for i in rows],
+                    None if out.log_probs is None else [out.log_probs[i] for i in rows])
+
+
+def autocast(precision: str, device):
+    """bf16 autocast on ``device`` for ``precision`` bf16 (the weights, gradients and optimizer
+    state stay fp32: master weights), else nothing."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+
 @torch.no_grad()
 def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLSettings,
              seed: int) -> dict[str, float]:
     """Greedy pass@1 on the held-out set and sampled pass@k on its first prompts (from the
     run's ``"eval"`` stream, the same at every evaluation)."""
     eval_seed = seeds.int_seed(seed, "eval")
-    greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True,
+    rule, stop = answer_rule(settings), stop_strings(settings)
+    greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True, stop=stop,
                               max_new_tokens=settings.max_new_tokens, seed=eval_seed)
-    accuracy = sum(is_correct(p, t) for p, t in zip(held_out, greedy.texts, strict=True))
+    accuracy = sum(is_correct(p, t, rule) for p, t in zip(held_out, greedy.texts, strict=True))
     subset = list(held_out[:settings.eval_k_prompts])
     k = settings.eval_k
     sampled = backend.generate([p.prompt for p in subset], k, temperature=settings.temperature,
-                               max_new_tokens=settings.max_new_tokens, seed=eval_seed)
-    solved = [any(is_correct(p, t) for t in sampled.texts[i * k:(i + 1) * k])
+                               max_new_tokens=settings.max_new_tokens, seed=eval_seed,
+                               stop=stop)
+    solved = [any(is_correct(p, t, rule) for t in sampled.texts[i * k:(i + 1) * k])
               for i, p in enumerate(subset)]
-    per_sample = sum(is_correct(p, t) for p, t in zip(
+    per_sample = sum(is_correct(p, t, rule) for p, t in zip(
         (p for p in subset for _ in range(k)), sampled.texts, strict=True))
     return {"eval/accuracy": accuracy / len(held_out), f"eval/pass@{k}": sum(solved) / len(subset),
             "eval/pass@1_sampled": per_sample / (k * len(subset)),
@@ -226,7 +258,12 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
           train_set: Sequence[Problem], held_out: Sequence[Problem], settings: RLSettings, *,
           budget: Budget, seed: int, log: LogFn, reference=None, value_head=None,
           device) -> dict[str, Any]:
-    """Run RL steps until the budget is spent; returns the last metrics."""
+    """Run RL steps until the budget is spent; returns the last metrics. The problems'
+    prompts are rendered here with ``settings.prompt_template`` (``prompting``)."""
+    prompt_format = PromptFormat.build(settings.prompt_template, train_set, settings.shots,
+                                       settings.stop)
+    train_set = prompt_format.apply(train_set, tokenizer)
+    held_out = prompt_format.apply(held_out, tokenizer)
     prompts, group_size = settings.prompts, settings.group_size
     per_step = settings.epochs * settings.minibatches
     total_steps = budget.planned_steps(prompts * group_size)
@@ -252,7 +289,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                                             group_size, pad_id, seed, device, step)
         # 3. log-probs of the sampling policy (and the reference)
         policy.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(settings.precision, device):
             old_log_probs, old_entropy, values = response_log_probs(
                 policy, batch, settings.temperature, value_head)
             ref_log_probs = None
@@ -260,6 +297,16 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                 ref_log_probs = response_log_probs(reference, batch, settings.temperature)[0]
         policy.train()
         mask = batch.response_mask
+        mismatch, tis = {}, None
+        if batch.rollout_log_probs is not None:
+            mismatch = mismatch_metrics(old_log_probs, batch.rollout_log_probs, mask,
+                                        settings.tis_cap)
+            if settings.tis_cap is not None:
+                tis = tis_weights(old_log_probs, batch.rollout_log_probs, mask,
+                                  settings.tis_cap)
+        elif settings.tis_cap is not None:
+            raise ValueError("tis_cap needs the sampler's log-probabilities, which this "
+                             "rollout backend did not return")
         # 4. advantages
         inputs = _advantage_inputs(batch, values, needs, backend, settings,
                                     seeds.int_seed(seed, "baselines", step))
@@ -267,14 +314,18 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
         coefficient = entropy_slot.coefficient(step, mean_entropy)
-        # 5. policy-gradient epochs
+        # 5. policy-gradient epochs (the backend may free its memory meanwhile)
+        backend.idle()
         train_started = time.perf_counter()
-        stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,
-                        ref_log_probs, advantages, returns, values, coefficient, settings,
-                        generator)
+        with autocast(settings.precision, device):
+            stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,
+                            ref_log_probs, advantages, returns, values, coefficient, settings,
+                            generator, tis)
         train_seconds = time.perf_counter() - train_started
         # 6. the next rollout samples from the new weights
+        sync_started = time.perf_counter()
         backend.sync_weights(policy)
+        sync_seconds = time.perf_counter() - sync_started
         step += 1
         seconds += time.perf_counter() - started
         samples += int(rollout_stats["cost/completions"])
@@ -283,7 +334,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         lengths = mask.sum(1)
         valid = mask.bool()
         metrics = {
-            **rollout_stats, **stats,
+            **rollout_stats, **stats, **mismatch,
+            "train/precision_bits": 16.0 if settings.precision == "bf16" else 32.0,
             "train/reward": float(batch.scores.mean()),
             "train/accuracy": float(batch.correct.float().mean()),
             "train/response_length": float(lengths.mean()),
@@ -295,6 +347,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "batch/prompts": float(prompts), "batch/group_size": float(group_size),
             "batch/size": float(len(batch.scores)),
             "time/train_tokens_per_second": step_tokens * settings.epochs / train_seconds,
+            "time/weight_sync_seconds": sync_seconds,
             "cost/samples": float(samples), "cost/tokens": float(tokens),
             "time/wall_seconds": seconds,
         }
@@ -315,6 +368,17 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         metrics.update(evaluate(backend, held_out, settings, seed))
         log(step, metrics)
     return {**metrics, "steps": step, "diverged": diverged}
+
+
+def answer_rule(settings: RLSettings) -> str:
+    """The checker's rule for the prompt template: ``whole`` (raw) or ``marked``."""
+    return "whole" if settings.prompt_template == "raw" else "marked"
+
+
+def stop_strings(settings: RLSettings) -> tuple[str, ...]:
+    """The stop strings: the settings' own, else the template's default."""
+    return tuple(DEFAULT_STOP[settings.prompt_template] if settings.stop is None
+                 else settings.stop)
 
 
 def _advantage_inputs(batch: Batch, values, needs, backend, settings, seed) -> dict:
@@ -342,8 +406,9 @@ def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:
     groups = list(first)
     problems = [batch.problems[first[g]] for g in groups]
     out = backend.generate([p.prompt for p in problems], 1, greedy=True,
-                           max_new_tokens=settings.max_new_tokens, seed=seed)
-    by_group = {g: reward(p, t, settings.format_reward)
+                           max_new_tokens=settings.max_new_tokens, seed=seed,
+                           stop=stop_strings(settings))
+    by_group = {g: reward(p, t, settings.format_reward, answer_rule(settings))
                 for g, p, t in zip(groups, problems, out.texts, strict=True)}
     return torch.tensor([by_group[g] for g in batch.group_ids.tolist()],
                         dtype=batch.response_mask.dtype, device=batch.response_mask.device)
@@ -351,7 +416,7 @@ def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:
 
 def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Batch,
             old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
-            settings: RLSettings, generator) -> dict[str, float]:
+            settings: RLSettings, generator, tis=None) -> dict[str, float]:
     mask = batch.response_mask
     constant = float(mask.shape[1])
     per_step: list[dict[str, float]] = []
@@ -364,7 +429,7 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
             with torch.set_grad_enabled(backward):
                 loss, parts = _loss(policy, value_head, entropy_slot, batch, idx,
                                     old_log_probs, ref_log_probs, advantages, returns,
-                                    old_values, coefficient, settings, constant)
+                                    old_values, coefficient, settings, constant, tis)
             if not backward:
                 return loss.detach()
             optimizer.zero_grad(set_to_none=False)
@@ -384,7 +449,8 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
 
 
 def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_probs, ref_log_probs,
-          advantages, returns, old_values, coefficient, settings: RLSettings, constant):
+          advantages, returns, old_values, coefficient, settings: RLSettings, constant,
+          tis=None):
     log_probs, entropy, values = response_log_probs(policy, batch, settings.temperature,
                                                     value_head, rows=idx)
     mask = batch.response_mask[idx]
@@ -392,11 +458,14 @@ def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_pro
     adjusted = entropy_slot.adjust_policy_loss(log_probs=log_probs, old_log_probs=old,
                                                advantages=adv, mask=mask, entropy=entropy,
                                                clip=settings.clip)
+    weight = adjusted.weight
+    if tis is not None:  # truncated importance sampling, per token (mismatch)
+        weight = tis[idx] if weight is None else weight * tis[idx]
     pg_loss, pg_stats = ppo_clip_loss(
         log_probs, old, adv, adjusted.mask, clip_low=adjusted.clip_low,
         clip_high=adjusted.clip_high, dual_clip=settings.dual_clip,
         ratio_level=settings.ratio_level, agg=settings.loss_agg, constant=constant,
-        weight=adjusted.weight)
+        weight=weight)
     entropy_term = aggregate(entropy, mask, settings.loss_agg, constant)
     loss = pg_loss - coefficient * entropy_term
     parts = {"train/policy_loss": float(pg_loss.detach()),

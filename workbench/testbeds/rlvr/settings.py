@@ -42,3 +42,15 @@ class RLSettings(Settings):
     eval_every: int = Field(10, ge=1)
     eval_k: int = Field(8, ge=1)
     eval_k_prompts: int = Field(64, ge=1)
+    prompt_template: Literal["raw", "few-shot", "chat"] = Field(
+        "raw", description="raw: the bare problem, the whole completion is the answer; "
+        "few-shot/chat: the answer is read after the last '####' (prompting)")
+    shots: int = Field(4, ge=1, le=64, description="worked examples of the few-shot template")
+    stop: list[str] | None = Field(None, description="strings that end a response; None: "
+                                   "the template's default ('\\n\\n' for few-shot)")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="the policy's forward passes, rollout and training alike: fp32, "
+        "or bf16 autocast over fp32 master weights")
+    tis_cap: float | None = Field(
+        None, gt=0, description="truncated importance sampling: scale each token's policy "
+        "loss by min(exp(logp_old - logp_rollout), tis_cap); None: off")

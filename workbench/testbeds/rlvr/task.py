@@ -54,9 +54,17 @@ class RLVRParams(TaskParams, RLSettings):
     warmup_batch: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     warmup_lr: float = Field(DEFAULT_LR, gt=0)
     backend: Literal["hf", "vllm"] = "hf"
+    # the vllm backend's engine (vllm_backend.EngineOptions); its dtype is ``precision``'s
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm: share "
+                                               "of the GPU for weights and KV cache")
+    vllm_max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + "
+                                           "response; None: the model config's")
+    vllm_enforce_eager: bool = Field(True, description="vllm: no CUDA graphs (faster start)")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs per engine")
+    vllm_sleep: bool = Field(True, description="vllm: sleep mode (level 1) while training")
     # the task's reading of the loop's knob: None derives it from the training solutions
     max_new_tokens: int | None = Field(None, ge=1, description="None: the longest training "
-                                                               "solution + 2")
+                                       "solution + 2 (raw), + 8 (few-shot), 256 (chat)")
     cpu_threads: int | None = Field(None, ge=1, description="torch threads on the CPU")
 
     def difficulty(self) -> Difficulty:
@@ -77,6 +85,18 @@ class RLVRParams(TaskParams, RLSettings):
                     f"distinct {self.kind} problems with {self.digits_min}-{self.digits_max} "
                     "digit operands; lower n_train or raise digits_max")
         return self
+
+
+def backend_options(params: RLVRParams) -> dict:
+    """``make_backend``'s options for the task's backend."""
+    if params.backend == "hf":
+        return {"precision": params.precision}
+    return {"precision": params.precision,
+            "gpu_memory_utilization": params.vllm_gpu_memory_utilization,
+            "max_model_len": params.vllm_max_model_len,
+            "enforce_eager": params.vllm_enforce_eager,
+            "tensor_parallel_size": params.vllm_tensor_parallel_size,
+            "sleep": params.vllm_sleep}
 
 
 class RLVRCountdownParams(RLVRParams):
@@ -110,7 +130,7 @@ class RLVRArith(Task):
                "train/clip_frac_high": "minimize", "train/clip_frac": "minimize",
                "adv/std": "minimize", "method/entropy_coef": "minimize",
                "time/rollout_tokens_per_second": "maximize",
-               "time/train_tokens_per_second": "maximize"}
+               "time/train_tokens_per_second": "maximize", "train/rollout_kl": "minimize"}
     default_objective = "eval/accuracy"
 
     def run(self, params, methods, *, seed, device, budget, log):
@@ -151,9 +171,12 @@ class RLVRArith(Task):
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
         longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
                       for p in train_set)
+        default_length = {"raw": longest + 2, "few-shot": longest + 8, "chat": 256}
         settings = RLSettings.from_flat(
-            params, max_new_tokens=params.max_new_tokens or longest + 2)
-        backend = make_backend(params.backend, policy, tokenizer, path, device)
+            params, max_new_tokens=(params.max_new_tokens
+                                    or default_length[params.prompt_template]))
+        backend = make_backend(params.backend, policy, tokenizer, path, device,
+                               **backend_options(params))
         try:
             return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
                          budget=budget, seed=seed, log=log, reference=reference,
