@@ -12,7 +12,8 @@ Steps (``--dry-run``: the CPU, tiny sizes, seconds):
   same states with the same actions (max |difference| of observation and reward; flags equal),
   and the host synchronisations of one rollout at two horizons (``set_sync_debug_mode``);
 - ``control_ppo``: PPO on CartPole (the ``cartpole`` task's loop) at N = 65,536 environments,
-  environment steps per second on CUDA and on the CPU (all its cores);
+  environment steps per second on CUDA (fp32, and ``precision: bf16``) and on the CPU (fp32,
+  all its cores);
 - ``seed_axis``: 32 seeds of a logreg trial, sequential vs on a seed axis, and 8 seeds of
   control PPO on a seed axis, on CUDA;
 - ``rlvr``: ``benchmarks/rlvr_tokens.py --precision P`` (hf rollout and training tokens/s);
@@ -182,6 +183,9 @@ def step_control_ppo(dry_run: bool) -> dict:
                                       warmup=0 if dry_run else 1)
     figures = {"num_envs": n, "rollout_len": horizon, "device_steps_per_s": on_device}
     figures |= _peak(device)
+    bf16 = params.model_copy(update={"precision": "bf16"})
+    figures["device_bf16_steps_per_s"] = _ppo_steps_per_second(
+        task, bf16, device, updates=1 if dry_run else 4, warmup=0)
     on_cpu = _ppo_steps_per_second(task, params, torch.device("cpu"), updates=1 if dry_run
                                    else 2, warmup=0)
     figures |= {"cpu_steps_per_s": on_cpu, "cpu_threads": threads,
@@ -282,12 +286,18 @@ def _sweep_spec(dry_run: bool, name: str) -> dict:
             "budget": {"steps": updates}, "execution": {"seeds": "auto"}}
 
 
+def _imports(*modules: str) -> bool:
+    """Whether ``python -c 'import MODULES'`` succeeds (installed and importable)."""
+    code = f"import {', '.join(modules)}"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
 def step_sweep(dry_run: bool, out: Path) -> dict:
     import yaml
 
     device = "cpu" if dry_run else "cuda"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    tracked = all(importlib.util.find_spec(m) is not None for m in ("mlflow", "optuna"))
+    tracked = _imports("mlflow", "optuna")
     spec = _sweep_spec(dry_run, "gpu-check")
     started = time.perf_counter()
     if tracked:
@@ -304,7 +314,7 @@ def step_sweep(dry_run: bool, out: Path) -> dict:
                 "status": "ok" if done.returncode == 0 else "failed",
                 "note": f"workbench sweep exited {done.returncode}"}
     print("tracking off: mlflow/optuna not installed on this machine", flush=True)
-    if importlib.util.find_spec("optuna") is None:  # the method registry needs optuna
+    if not _imports("optuna"):  # the method registry needs optuna
         return {"device": device, "status": "skipped", "figures": {"tracked": False},
                 "note": "tracking off: mlflow/optuna not installed on this machine; the "
                         "untracked run needs optuna too (the method registry): skipped"}
@@ -315,8 +325,14 @@ def step_sweep(dry_run: bool, out: Path) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         done = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True)
     print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+    figures = {"tracked": False, "seconds": time.perf_counter() - started}
+    try:
+        final = json.loads(done.stdout.strip().splitlines()[-1])
+        figures["train/return_recent"] = final.get("train/return_recent")
+    except (ValueError, IndexError):
+        pass
     return {"device": device, "status": "ok" if done.returncode == 0 else "failed",
-            "figures": {"tracked": False, "seconds": time.perf_counter() - started},
+            "figures": figures,
             "note": "tracking off: mlflow/optuna not installed on this machine; the objective "
                     f"ran untracked (workbench run), exit {done.returncode}"}
 

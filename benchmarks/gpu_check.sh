@@ -51,8 +51,8 @@ if [ -n "$dry_run" ]; then
     steps=(machine:60 parity:60 control_ppo:90 seed_axis:90 rlvr_fp32:90 rlvr_bf16:90
            sweep:120 pytest_gpu:120)
 else
-    steps=(machine:20 parity:45 control_ppo:110 seed_axis:60 rlvr_fp32:50 rlvr_bf16:50
-           sweep:60 pytest_gpu:60)
+    steps=(machine:15 parity:45 control_ppo:100 seed_axis:60 rlvr_fp32:50 rlvr_bf16:50
+           sweep:60 pytest_gpu:80)
 fi
 
 echo "device check$([ -n "$dry_run" ] && echo ' (dry run: CPU, tiny sizes)'), results in $OUT"
