@@ -176,6 +176,14 @@ VOCABULARY: dict[str, Metric] = {
                                   "samples)", "fraction"),
     "eval/response_length": Metric("mean length of the held-out greedy completions",
                                    "tokens"),
+    # -- the GPU (CUDA runs only; ``workbench.gpu``)
+    "gpu/peak_memory_mib": Metric("peak GPU memory torch allocated in the run's process since "
+                                  "the run started (torch.cuda.max_memory_allocated; on a seed "
+                                  "axis, the seeds' shared computation)", "MiB",
+                                  "workbench.gpu.GpuStats"),
+    "gpu/utilization": Metric("percent of NVML's last sample period in which a kernel ran on "
+                              "the run's GPU (any process's), read at most once a second; "
+                              "omitted without NVML", "%", "workbench.gpu.GpuStats"),
     # -- what the method slots chose
     "method/step_size": Metric("the effective step size the step-size slot took (NaN where "
                                "a method has none)", "step size"),

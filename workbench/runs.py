@@ -73,7 +73,11 @@ def slot_tag(key: str, slot: str) -> str:
 
 @functools.cache
 def provenance() -> dict[str, str]:
-    """Tags that say which code ran where: git commit and dirty flag, package versions, host."""
+    """Tags that say which code ran where: git commit and dirty flag, package versions
+    (vllm: ``not installed`` where absent), host, and the GPU, CUDA and driver
+    (``workbench.gpu.gpu_tags``; ``none`` without one)."""
+    from workbench.gpu import gpu_tags  # imports torch: only when a run is tagged
+
     root = Path(__file__).resolve().parent.parent
     tags = {"host": this_host(), "python": platform.python_version()}
     try:
@@ -87,12 +91,12 @@ def provenance() -> dict[str, str]:
         tags["git.dirty"] = str(bool(dirty.stdout.strip())).lower() if known else "unknown"
     except (OSError, subprocess.SubprocessError):
         tags["git.commit"], tags["git.dirty"] = "unknown", "unknown"
-    for package in ("workbench", "torch", "mlflow", "optuna", "numpy"):
+    for package in ("workbench", "torch", "mlflow", "optuna", "numpy", "transformers", "vllm"):
         try:
             tags[f"version.{package}"] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             tags[f"version.{package}"] = "not installed"
-    return tags
+    return tags | gpu_tags()
 
 
 def split_tag(key: str, text: str) -> dict[str, str]:

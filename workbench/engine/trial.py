@@ -24,6 +24,7 @@ from workbench import runs, seeds, stats
 from workbench.engine.claims import Heartbeat
 from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
+from workbench.gpu import GpuStats
 from workbench.run_writer import NewRun, RunEnd, RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import StudyPlan, Sweep
@@ -101,7 +102,7 @@ def execute(sweep: Sweep, methods: dict, seed: int, device: torch.device, log,
     if keep is not None:
         keep.update(fresh)
     return sweep.task().run(sweep.task_params, fresh, seed=seed, device=device,
-                            budget=sweep.spec.budget, log=log)
+                            budget=sweep.spec.budget, log=with_gpu_metrics(log, device))
 
 
 def execute_seeds(sweep: Sweep, methods: dict, seed_list: list[int], device: torch.device,
@@ -113,7 +114,25 @@ def execute_seeds(sweep: Sweep, methods: dict, seed_list: list[int], device: tor
     if keep is not None:
         keep.update(fresh)
     return sweep.task().run_seeds(sweep.task_params, fresh, seeds=list(seed_list),
-                                  device=device, budget=sweep.spec.budget, log=log)
+                                  device=device, budget=sweep.spec.budget,
+                                  log=with_gpu_metrics(log, device, per_seed=True))
+
+
+def with_gpu_metrics(log, device: torch.device, per_seed: bool = False):
+    """``log`` with the ``gpu/*`` metrics (``workbench.gpu.GpuStats``, its peak reset here)
+    added to every step's, each seed's alike on a seed axis; ``log`` itself off CUDA."""
+    stats = GpuStats(device)
+    if not stats.on_cuda:
+        return log
+    if per_seed:
+        def log_seeds(step: int, metrics) -> None:
+            extra = stats()
+            log(step, [None if m is None else {**m, **extra} for m in metrics])
+        return log_seeds
+
+    def log_one(step: int, metrics) -> None:
+        log(step, {**metrics, **stats()})
+    return log_one
 
 
 @dataclass

@@ -21,11 +21,17 @@ Per update u:
    method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
    closure, then ``optimizer.step(closure)`` (the step-size slot) and ``observe_rl_stats``.
 
+``precision="bf16"`` runs the update's forward passes under ``torch.autocast`` to bfloat16
+(matrix products in bf16; softmax, losses and reductions in fp32 as autocast chooses) while the
+weights, gradients and optimizer state stay fp32, the master copy (Micikevicius et al. 2018,
+"Mixed precision training"); bf16 needs no loss scaling. The rollout acts in fp32.
+
 Metrics per update: their definitions are in ``workbench.metrics``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Literal
 
@@ -56,6 +62,16 @@ class PPOSettings(Settings):
     value_coef: float = Field(0.5, ge=0.0)
     max_grad_norm: float | None = Field(0.5, gt=0.0)
     advantage_norm: Literal["batch", "minibatch", "none"] = "minibatch"
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="the update's forward passes: fp32, or bf16 autocast with fp32 "
+        "weights and optimizer (float32 runs only)")
+
+
+def autocast(precision: str, device: torch.device):
+    """The context of an update's forward pass: bf16 autocast on ``device``'s type, or none."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def standardise(x: torch.Tensor) -> torch.Tensor:
@@ -90,7 +106,7 @@ def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Ro
 
         def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
             nonlocal grad_norm
-            with torch.set_grad_enabled(backward):
+            with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
                 loss, parts = _minibatch_loss(
                     agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
                     mb_adv, ret[idx], entropy_coef, entropy_slot, settings)

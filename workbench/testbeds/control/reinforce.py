@@ -26,6 +26,7 @@ from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import (
     PPOSettings,
     _grad_norm,
+    autocast,
     combined_loss,
     standardise,
 )
@@ -48,7 +49,7 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
     stats: dict[str, float] = {}
 
     def closure(backward: bool = True):
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
             log_probs, entropy = agent.evaluate(obs, actions)
             row = (-1, 1)
             adjusted = entropy_slot.adjust_policy_loss(

@@ -80,17 +80,19 @@ class Rollout:
 
 @torch.no_grad()
 def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor, horizon: int,
-            generator: torch.Generator | None = None) -> tuple[Rollout, torch.Tensor]:
+            generator: torch.Generator | None = None,
+            by_index: bool | None = None) -> tuple[Rollout, torch.Tensor]:
     """Run ``horizon`` steps from ``obs``, actions drawn with ``generator`` (None: torch's
-    global RNG); returns the rollout and the observation after it."""
+    global RNG); returns the rollout and the observation after it. ``by_index``: see
+    ``_collect``."""
     return _collect(env, obs, horizon, lambda o: agent.sample(o, generator), agent.value,
-                    lambda final, cut: agent.value(final[cut]))
+                    lambda final, cut: agent.value(final[cut]), by_index)
 
 
 @torch.no_grad()
 def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor,
                   horizon: int, generators: list[torch.Generator],
-                  live: list[bool]) -> tuple[Rollout, torch.Tensor]:
+                  live: list[bool], by_index: bool | None = None) -> tuple[Rollout, torch.Tensor]:
     """``collect`` for the S seeds of a trial at once: ``env`` holds S blocks of N
     environments (``TorchEnv``'s ``streams``), block s acts with seed s's network and draws
     with ``generators[s]``; the rollout has S * N columns (``Rollout.seed`` cuts seed s's)."""
@@ -106,22 +108,36 @@ def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor
         return agent.value(by_seed(o)).flatten()
 
     # each row's value from its own seed's network: all rows, then the truncated ones
-    return _collect(env, obs, horizon, act, value, lambda final, cut: value(final)[cut])
+    return _collect(env, obs, horizon, act, value, lambda final, cut: value(final)[cut],
+                    by_index)
 
 
 def _collect(env: BatchedEnv, obs: torch.Tensor, horizon: int, act, value,
-             final_value) -> tuple[Rollout, torch.Tensor]:
+             final_value, by_index: bool | None = None) -> tuple[Rollout, torch.Tensor]:
     """The rollout of ``horizon`` steps: ``act(obs)`` gives (action, log-probability,
     entropy) per row, ``value(obs)`` V per row, ``final_value(final_obs, rows)`` V of the
-    truncated rows' final observations."""
+    truncated rows' final observations.
+
+    No step waits on the host: each step's episode statistics are kept whole (NaN where no
+    episode ended) and the ended episodes are picked out once, after the last step.
+    ``by_index`` (default: on the CPU) bootstraps a truncation from V of the truncated rows
+    alone, found with ``nonzero`` (free on the CPU); otherwise (CUDA) V of every row's final
+    observation is computed and selected with ``torch.where``, one more forward pass per
+    step instead of two device-to-host synchronisations.
+    """
     n, dtype, device = env.num_envs, obs.dtype, obs.device
+    if by_index is None:
+        by_index = device.type == "cpu"
     obs_buf = torch.empty((horizon, *obs.shape), dtype=dtype, device=device)
     act_buf = None
     floats = {k: torch.empty((horizon, n), dtype=dtype, device=device)
               for k in ("log_probs", "entropy", "values", "rewards", "next_values")}
     dones = torch.empty((horizon, n), dtype=torch.bool, device=device)
     terminated = torch.empty_like(dones)
-    ep_returns, ep_lengths, ep_envs, truncations = [], [], [], []
+    ep_stats = torch.empty((2, horizon, n), dtype=dtype, device=device)  # return, length
+    truncated = None if by_index else torch.empty_like(dones)
+    final_values = None if by_index else torch.empty((horizon, n), dtype=dtype, device=device)
+    truncations = []
     for t in range(horizon):
         obs_buf[t] = obs
         action, log_prob, entropy = act(obs)
@@ -135,14 +151,16 @@ def _collect(env: BatchedEnv, obs: torch.Tensor, horizon: int, act, value,
         floats["rewards"][t] = step.reward
         torch.logical_or(step.terminated, step.truncated, out=dones[t])
         terminated[t] = step.terminated
-        cut = step.truncated.nonzero().squeeze(-1)
-        if cut.numel():  # bootstrap from the final observation, not from the reset one
-            truncations.append((t, cut, final_value(step.final_obs, cut)))
-        ended = dones[t].nonzero().squeeze(-1)
-        if ended.numel():
-            ep_returns.append(step.episode_return[ended])
-            ep_lengths.append(step.episode_length[ended])
-            ep_envs.append(ended)
+        ep_stats[0, t] = step.episode_return
+        ep_stats[1, t] = step.episode_length
+        # bootstrap a truncation from the final observation, not from the reset one
+        if by_index:
+            cut = step.truncated.nonzero().squeeze(-1)
+            if cut.numel():
+                truncations.append((t, cut, final_value(step.final_obs, cut)))
+        else:
+            truncated[t] = step.truncated
+            final_values[t] = value(step.final_obs)
         obs = step.obs
     last_value = value(obs)
     next_values = floats["next_values"]
@@ -150,13 +168,15 @@ def _collect(env: BatchedEnv, obs: torch.Tensor, horizon: int, act, value,
     next_values[-1] = last_value
     for t, cut, final in truncations:
         next_values[t, cut] = final
-    empty = torch.empty(0, dtype=dtype, device=device)
+    if not by_index:
+        torch.where(truncated, final_values, next_values, out=next_values)
+    # the episodes that ended, in step order then environment order (one sync, here)
+    steps, envs = dones.nonzero().unbind(1)
+    episode_returns, episode_lengths = ep_stats[:, steps, envs]
     rollout = Rollout(
         obs=obs_buf, actions=act_buf, dones=dones, terminated=terminated, last_value=last_value,
-        episode_returns=torch.cat(ep_returns) if ep_returns else empty,
-        episode_lengths=torch.cat(ep_lengths) if ep_lengths else empty,
-        episode_envs=(torch.cat(ep_envs) if ep_envs
-                      else torch.empty(0, dtype=torch.long, device=device)), **floats)
+        episode_returns=episode_returns, episode_lengths=episode_lengths, episode_envs=envs,
+        **floats)
     return rollout, obs
 
 

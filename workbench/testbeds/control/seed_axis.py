@@ -51,7 +51,7 @@ from workbench.testbeds.control.loop import (
     update_metrics,
 )
 from workbench.testbeds.control.policy import SeedAxisActorCritic
-from workbench.testbeds.control.ppo import PPOSettings, minibatch_loss, standardise
+from workbench.testbeds.control.ppo import PPOSettings, autocast, minibatch_loss, standardise
 from workbench.testbeds.control.reinforce import reinforce_loss
 from workbench.testbeds.control.rollout import Rollout, collect_seeds
 from workbench.testbeds.shared.losses import approx_kl
@@ -256,7 +256,7 @@ def ppo_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Optimize
         def closure(backward: bool = True, active: torch.Tensor | None = None, mb=mb,
                     mb_adv=mb_adv, stats=stats, norms=norms) -> torch.Tensor:
             mb_obs, mb_actions, mb_old_lp, mb_old_v, mb_ret = mb
-            with torch.set_grad_enabled(backward):
+            with torch.set_grad_enabled(backward), autocast(settings.precision, mb_obs.device):
                 log_probs, entropy = agent.evaluate(mb_obs, mb_actions)
                 adjusted, hook_metrics = _adjusted(entropy_slots, _asked(live, active),
                                                    log_probs, mb_old_lp, mb_adv, entropy,
@@ -305,7 +305,7 @@ def reinforce_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Op
     stats: list[dict[str, float]] = []
 
     def closure(backward: bool = True, active: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
             log_probs, entropy = agent.evaluate(obs, actions)
             adjusted, hook_metrics = _adjusted(entropy_slots, _asked(live, active), log_probs,
                                                old_log_probs, adv, entropy, settings.clip)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench import seeds as seed_streams
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
@@ -37,6 +37,13 @@ class ControlParams(TaskParams, RolloutSettings, PPOSettings):
     cpu_threads: int | None = Field(
         1, ge=1, le=1024, description="torch threads on the CPU during the run (None: torch's "
         "default); small networks run fastest on one, and sweeps run one process per worker")
+
+    @model_validator(mode="after")
+    def _bf16_needs_float32(self):
+        if self.precision == "bf16" and self.dtype != "float32":
+            raise ValueError("precision bf16 autocasts float32 tensors; with dtype float64 it "
+                             "would change nothing: use dtype float32")
+        return self
 
 
 class Control(Task):
