@@ -270,7 +270,7 @@ def step_rlvr(dry_run: bool, precision: str, out: Path) -> dict:
     if rows.exists():
         for row in json.loads(rows.read_text()).get("rows", []):
             key = f"{row.get('device')}_{row.get('backend')}"
-            for name in ("rollout_tokens_per_s", "training_tokens_per_s"):
+            for name in ("rollout_tokens_per_s", "train_tokens_per_s"):
                 if name in row:
                     figures[f"{key}_{name}"] = row[name]
     return {"device": str(device), "figures": figures | {"precision": precision}}
