@@ -23,7 +23,7 @@ from workbench.hyperparams import Choice
 
 STEPS = 15
 PROVIDED = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
-                      "loss_lower_bound", "smoothness", "lmo", "margins"})
+                      "loss_lower_bound", "smoothness", "lmo", "margins", "hvp", "logit_jvp"})
 
 
 def value(hp):
@@ -46,7 +46,8 @@ def value(hp):
 def quadratic(seed, dim, f_star):
     """x, closure and info for f(x) = 1/2 (x - x*)^T A (x - x*) + f_star, float64; the ``lmo``
     is that of a Euclidean ball holding x_0 (argmin_{|s| <= r} <g, s> = -r g / |g|); the
-    ``margins`` those of five fixed examples."""
+    ``margins`` those of five fixed examples; ``hvp`` is A v and ``logit_jvp`` that of three
+    fixed linear logits of five examples."""
     gen = torch.Generator().manual_seed(seed)
     q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
     eigenvalues = 0.05 + 0.95 * torch.rand(dim, generator=gen, dtype=torch.float64)
@@ -79,9 +80,12 @@ def quadratic(seed, dim, f_star):
     def margins():  # signed margins of five fixed examples at x (normalized_lr's input)
         return rows @ x.detach()
 
+    logit_rows = torch.randn(5, 3, dim, generator=gen, dtype=torch.float64)
+
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
-            "margins": margins}
+            "margins": margins, "hvp": lambda vectors: [a @ vectors[0]],
+            "logit_jvp": lambda vectors: logit_rows @ vectors[0]}
     return x, closure, info
 
 

@@ -7,13 +7,14 @@ a multi-epoch update steps over ``minibatch_epochs`` and logs ``mean_over_steps`
 
 Contract check: 20 steps on a seeded float64 quadratic over two parameter tensors (a 2x2
 matrix and a 3-vector), with ``info`` giving total_steps=20, batches_per_epoch=1, f_star,
-loss_lower_bound, smoothness, return_upper_bound=500 and an ``lmo`` for a Euclidean ball
-around the start; an optimizer with ``observe`` gets synthetic RL statistics after each step
-(KL swinging around typical targets, a return NaN at first then rising). Every step calls
-``closure`` and returns a loss; ``last_step_size`` is a finite float, >= 0 and at most
-``step_size_cap()`` (relative tolerance 1e-12); the iterate stays finite; the state survives
-``state_dict()`` / ``load_state_dict()`` (before steps 1 and 10, a fresh optimizer loaded with
-the saved state takes the same step, to 1e-12).
+loss_lower_bound, smoothness, return_upper_bound=500, an ``lmo`` for a Euclidean ball
+around the start, the quadratic's ``hvp`` and a ``logit_jvp`` of fixed linear logits; an
+optimizer with ``observe`` gets synthetic RL
+statistics after each step (KL swinging around typical targets, a return NaN at first then
+rising). Every step calls ``closure`` and returns a loss; ``last_step_size`` is a finite
+float, >= 0 and at most ``step_size_cap()`` (relative tolerance 1e-12); the iterate stays
+finite; the state survives ``state_dict()`` / ``load_state_dict()`` (before steps 1 and 10, a
+fresh optimizer loaded with the saved state takes the same step, to 1e-12).
 
 Seed axis (a method with ``vectorised = True``; ``execution: {seeds: vectorised}``): ``info``
 holds ``seeds`` = S and every parameter has a leading axis of S seeds. ``closure()`` returns the
@@ -24,9 +25,11 @@ evaluation: a probe only some seeds take). Every scalar the scheme computes is p
 (reductions over a seed's own slice); ``last_step_size`` is a float shared by all seeds or a
 tensor (S,). An ``info`` value that differs by seed (``f_star``, ``smoothness``) is a tensor
 (S,); only the inputs in ``SEED_AXIS_INPUTS`` are given on a seed axis. The callables among
-them (``SEED_AXIS_CALLABLES``: ``lmo``, ``margins``) cannot be stacked from the seeds' own: the
-task builds them on the seed axis itself, over the stacked tensors, each seed's rows its own
-(``lmo``: the gradients [(S, ...)] -> the vertices [(S, ...)]; ``margins``: () -> (S, b)).
+them (``SEED_AXIS_CALLABLES``: ``lmo``, ``margins``, ``hvp``, ``logit_jvp``) cannot be
+stacked from the seeds' own: the task builds them on the seed axis itself, over the stacked
+tensors, each seed's rows its own (``lmo``: the gradients [(S, ...)] -> the vertices
+[(S, ...)]; ``margins``: () -> (S, b); ``hvp``: the vectors [(S, ...)] -> the products
+[(S, ...)]; ``logit_jvp``: the vectors [(S, ...)] -> (S, b, K)).
 ``observe(stats)`` (``rl_stats``) gets ``approx_kl`` and ``episodic_return`` as float64
 tensors (S,), each seed's own, and ``update`` as an int.
 Contract check, on top of the above: the same 20 steps on three seeds' quadratics stacked
@@ -67,19 +70,28 @@ REQUIRABLE: Mapping[str, str] = {
     "return_upper_bound": "the largest return an episode can have",
     "margins": "a callable () -> the signed margins y_i <a_i, x> (a 1-D tensor) of the step's "
                "samples at the current parameters (binary linear classification)",
+    "hvp": "a callable (a list of tensors v shaped as the parameters) -> the list of tensors "
+           "H v, H the Hessian of the step's (minibatch) loss at the current parameters (not "
+           "counted as a gradient evaluation)",
+    "logit_jvp": "a callable (a list of tensors v shaped as the parameters) -> the directional "
+                 "derivatives J v (b, K) of the K class logits of the step's b samples at the "
+                 "current parameters along v (softmax cross-entropy tasks)",
 }
 
 
 #: The inputs a task can give on a seed axis (the others are callables of one seed's state).
 SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
                               "loss_lower_bound", "smoothness", "return_upper_bound", "lmo",
-                              "margins", "rl_stats"})
+                              "margins", "hvp", "logit_jvp", "rl_stats"})
 
 #: The callables of ``SEED_AXIS_INPUTS``, as the task builds them on a seed axis of S:
 #: ``lmo`` takes the list of stacked gradients (S, ...) and returns the list of stacked
 #: vertices, seed s's vertex the argmin over its own feasible set of <g_s, s>; ``margins``
-#: returns the (S, b) margins y_i <a_i, x_s> of each seed's own samples of the step.
-SEED_AXIS_CALLABLES = frozenset({"lmo", "margins"})
+#: returns the (S, b) margins y_i <a_i, x_s> of each seed's own samples of the step; ``hvp``
+#: takes the stacked vectors (S, ...) and returns the stacked H_s v_s, each seed's own Hessian;
+#: ``logit_jvp`` takes the stacked vectors and returns the (S, b, K) J_s v_s of each seed's own
+#: samples.
+SEED_AXIS_CALLABLES = frozenset({"lmo", "margins", "hvp", "logit_jvp"})
 
 
 class StepSizeMethod(Method):
@@ -234,9 +246,19 @@ def _quadratic(seed: int = 0):
     def margins():
         return margins_at(params)
 
+    def hvp(vectors):  # A v, split as the parameters
+        flat = a @ torch.cat([v.reshape(-1) for v in vectors])
+        return [flat[:4].reshape(2, 2), flat[4:]]
+
+    logit_rows = torch.randn(5, 3, dim, generator=gen, dtype=torch.float64)
+
+    def logit_jvp(vectors):  # five samples' three logits, linear in x: J v = R v
+        return logit_rows @ torch.cat([v.reshape(-1) for v in vectors])
+
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
-            "return_upper_bound": 500.0, "margins": margins}
+            "return_upper_bound": 500.0, "margins": margins, "hvp": hvp,
+            "logit_jvp": logit_jvp}
     return params, closure, calls, info, loss_at, margins_at
 
 
@@ -358,7 +380,16 @@ def _stacked_quadratics(seed_list):
     def margins():
         return torch.stack([at([p[s] for p in params]) for s, at in enumerate(margins_of)])
 
-    info["lmo"], info["margins"] = lmo, margins
+    def hvp(vectors):  # each seed's A v on its own slice
+        products = [i["hvp"]([v[s] for v in vectors]) for s, i in enumerate(infos)]
+        return [torch.stack(column) for column in zip(*products, strict=True)]
+
+    def logit_jvp(vectors):
+        return torch.stack([i["logit_jvp"]([v[s] for v in vectors])
+                            for s, i in enumerate(infos)])
+
+    info["lmo"], info["margins"], info["hvp"] = lmo, margins, hvp
+    info["logit_jvp"] = logit_jvp
     return params, closure, info
 
 

@@ -15,7 +15,9 @@ its default. Tyurin's theorems start GD at w = 0: set ``init_scale=0``. ``bias``
 constant-1 feature. ``target_metric``/``target_value`` log ``train/steps_to_target``, the
 first step (0 = the initial point) at which the metric reaches the value (NaN until then);
 ``train/accuracy`` counts strictly positive margins, so accuracy 1.0 means every point is
-separated. ``train/min_margin`` = min_i y_i <x_i, w>.
+separated. ``train/min_margin`` = min_i y_i <x_i, w>. Step-size methods may read the step's
+``margins``, the Hessian-vector product of the step's loss (``hvp``) and the directional
+derivatives of the step's two class logits (0, <x_i, w>) (``logit_jvp``).
 """
 
 from __future__ import annotations
@@ -153,7 +155,26 @@ def pure_formulas(params: LogRegParams, x: torch.Tensor, y: torch.Tensor) -> Pur
         xb, yb = (xs, ys) if idx is None else rows(idx, xs, ys)
         return yb * matvec(xb, w)
 
-    return Pure((x, y), loss, metrics, inputs={"margins": margins})
+    def hvp(variables, data, idx, vectors):
+        """H v of the step's rows' loss (``REQUIRABLE["hvp"]``): X^T diag(s_i (1 - s_i)) X v / b
+        + l2 v with s_i = sigma(y_i <x_i, w>)."""
+        (w,), (xs, ys), (v,) = variables, data, vectors
+        xb, yb = (xs, ys) if idx is None else rows(idx, xs, ys)
+        margin = yb * matvec(xb, w)
+        curvature = torch.sigmoid(margin) * torch.sigmoid(-margin) * matvec(xb, v)
+        product = (xb * curvature.unsqueeze(-1)).sum(-2) / xb.shape[-2]
+        return [product + params.l2 * v if params.l2 else product]
+
+    def logit_jvp(variables, data, idx, directions):
+        """J v of the step's rows' two class logits (0, <x_i, w>) (``REQUIRABLE["logit_jvp"]``):
+        (0, <x_i, v>); P(y = +1) = softmax(0, <x_i, w>)_2 = sigma(<x_i, w>)."""
+        (xs, _), (v,) = data, directions
+        xb = xs if idx is None else rows(idx, xs)[0]
+        slope = matvec(xb, v)
+        return torch.stack([torch.zeros_like(slope), slope], dim=-1)
+
+    return Pure((x, y), loss, metrics,
+                inputs={"margins": margins, "hvp": hvp, "logit_jvp": logit_jvp})
 
 
 def build_problem(params: LogRegParams, seed: int, device: torch.device,
@@ -171,7 +192,7 @@ def build_problem(params: LogRegParams, seed: int, device: torch.device,
         "loss_lower_bound": 0.0,
         "batches_per_epoch": batches_per_epoch(n, params.batch_size),
         "total_steps": total_steps,
-    }  # margins: the formulas' (pure_formulas)
+    }  # margins, hvp, logit_jvp: the formulas' (pure_formulas)
     return pure_problem([w], n, pure_formulas(params, x, y), info, sample_loss=sample_loss,
                         data=(x, y))
 
@@ -182,7 +203,8 @@ class LogReg(Task):
                    "worst-case sets, breast cancer, two digits")
     slots = ("step_size", "batch_size")
     default_methods = {"batch_size": "constant"}
-    provides = frozenset({"closure", "loss_lower_bound", "per_sample_grads", "margins"})
+    provides = frozenset({"closure", "loss_lower_bound", "per_sample_grads", "margins", "hvp",
+                          "logit_jvp"})
     Params = LogRegParams
     metrics = {
         "train/loss": "minimize",

@@ -2,7 +2,8 @@
 
 f(x) = 1/2 x^T A x - b^T x with A = Q diag(lambda) Q^T, eigenvalues log-spaced in
 [1/kappa, 1] (L = 1, mu = 1/kappa), Q a random orthogonal matrix, b ~ N(0, I).
-x* = A^{-1} b and f* = -1/2 b^T A^{-1} b, computed in float64. Full batch only.
+x* = A^{-1} b and f* = -1/2 b^T A^{-1} b, computed in float64. Full batch only. Gives its
+Hessian-vector product A v (``hvp``) for second-order step sizes.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Quadratic(Task):
     name = "quadratic"
     description = "strongly convex quadratic with condition number kappa; f* exact"
     slots = ("step_size",)
-    provides = frozenset({"closure", "f_star", "loss_lower_bound"})
+    provides = frozenset({"closure", "f_star", "loss_lower_bound", "hvp"})
     Params = QuadraticParams
     metrics = {"train/loss": "minimize", "train/suboptimality": "minimize",
                "train/grad_norm": "minimize"}
@@ -76,6 +77,12 @@ def _loss(variables, data, idx):
     return 0.5 * (x * matvec(a, x)).sum(-1) - (b * x).sum(-1)
 
 
+def _hvp(variables, data, idx, vectors):
+    """A v (``REQUIRABLE["hvp"]``; the Hessian of the loss is A everywhere)."""
+    (v,), (a, _, _) = vectors, data
+    return [matvec(a, v)]
+
+
 def _metrics(variables, data):
     loss = _loss(variables, data, None)
     return {"train/loss": loss, "train/suboptimality": loss.double() - data[2]}
@@ -91,4 +98,4 @@ def build_problem(params: QuadraticParams, seed: int, device: torch.device,
     info = {"f_star": f_star, "loss_lower_bound": f_star, "batches_per_epoch": 1,
             "total_steps": total_steps, "smoothness": 1.0}
     data = (a, b, torch.tensor(f_star, dtype=torch.float64, device=device))
-    return pure_problem([x], 1, Pure(data, _loss, _metrics), info)
+    return pure_problem([x], 1, Pure(data, _loss, _metrics, inputs={"hvp": _hvp}), info)
