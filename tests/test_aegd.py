@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from tests.one_tensor import one_tensor
 from workbench import registry
 
 A = torch.tensor([[1.0, -2.0, 0.5], [0.3, 0.8, -1.2], [-1.5, 0.2, 0.7], [2.0, 1.0, 1.0],
@@ -42,16 +43,7 @@ REFERENCE = {
 
 
 def stepper(f, x0, **params):
-    x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-    optimizer = registry.get("step_size", "aegd")(**params).build(
-        [x], {"loss_lower_bound": 0.0})
-
-    def closure():
-        optimizer.zero_grad()
-        loss = f(x)
-        loss.backward()
-        return loss
-    return x, optimizer, closure
+    return one_tensor("aegd", f, x0, {"loss_lower_bound": 0.0}, **params)
 
 
 @pytest.mark.parametrize("case", list(REFERENCE))

@@ -1,8 +1,8 @@
 """ALR-SMAG against the iterates and step sizes of its reference (fabian-sp/step-back)."""
 
 import pytest
-import torch
 
+from tests.one_tensor import one_tensor
 from tests.test_aegd import logistic, quadratic
 from workbench import registry
 
@@ -28,16 +28,7 @@ REFERENCE = {
 
 
 def stepper(f, x0, lower_bound=0.0, **params):
-    x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-    optimizer = registry.get("step_size", "alr_smag")(**params).build(
-        [x], {"loss_lower_bound": lower_bound})
-
-    def closure():
-        optimizer.zero_grad()
-        loss = f(x)
-        loss.backward()
-        return loss
-    return x, optimizer, closure
+    return one_tensor("alr_smag", f, x0, {"loss_lower_bound": lower_bound}, **params)
 
 
 @pytest.mark.parametrize("case", list(REFERENCE))
