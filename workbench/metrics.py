@@ -58,7 +58,10 @@ VOCABULARY: dict[str, Metric] = {
     "batch/minibatches": Metric("minibatches each epoch of the update's PPO pass cuts its "
                                 "batch into", "minibatches"),
     "batch/prompts": Metric("prompts P in the step's batch", "prompts"),
-    "batch/group_size": Metric("completions G per prompt in the step's batch", "completions"),
+    "batch/group_size": Metric("completions G per prompt in the step's batch (the mean over "
+                               "prompts where group sizes differ)", "completions"),
+    "batch/group_size_max": Metric("the largest prompt group in the step's batch",
+                                   "completions"),
     "batch/noise_scale": Metric("the simple noise scale B = tr(Sigma) / |G|^2 (McCandlish et "
                                 "al. 2018) of the noise_scale method", "examples"),
     "batch/grad_sq_est": Metric("noise_scale's bias-corrected estimate of |G|^2", "loss^2"),

@@ -7,6 +7,15 @@ previous answer, as the loop clamps it). Every answer is a positive int within
 [min_size, max_size or n_samples] when the method declares those hyperparameters (else
 [1, n_samples]); ``minibatches(answer, 4)`` is a positive int; ``diagnostics()`` is a dict of
 floats; two fresh instances fed the same statistics give the same answers and diagnostics.
+``first_group_size(8)`` is an int in [1, 8]; ``group_sizes`` on synthetic first rewards (4
+prompts, a budget of 4 x 8) is None or one int per prompt, each at least the prompt's first
+count, summing to at most the budget, and the same for a fresh instance.
+
+Per-prompt group sizes (optional, RLVR only; a method using them ``requires``
+``group_rewards``): the loop first samples ``first_group_size(G)`` completions per prompt, then
+``group_sizes(first_rewards, budget)`` (``first_rewards[p]``: prompt p's first rewards;
+``budget`` = P x G) returns each prompt's total group size and the loop samples the rest. The
+defaults (G, then None) keep the fixed group size G.
 
 Seed axis (``vectorised = True``): the method is a schedule whose sizes the seeds of a trial
 share; its answers read only ``step`` and the counts all seeds share (``batch_size``,
@@ -28,6 +37,8 @@ FAMILY = "batch_size"
 #: The inputs a batch-size method may ``require`` (a task's ``provides`` names those it gives),
 #: each with its meaning.
 REQUIRABLE: Mapping[str, str] = {
+    "group_rewards": "the RLVR loop asks first_group_size and group_sizes for per-prompt group "
+                     "sizes from the rewards of each prompt's first completions",
     "per_sample_grads": "next_batch_size's statistics also hold grad_sq_big/big_batch_size and "
                         "grad_sq_small/small_batch_size (squared gradient norms of the batch "
                         "mean and, averaged, of single samples) and grad_var (trace of the "
@@ -64,6 +75,16 @@ class BatchSizeMethod(Method):
         """Minibatches per epoch of a multi-epoch update on ``batch_size`` samples, given the
         loop's ``configured`` count (the default keeps it)."""
         return configured
+
+    def first_group_size(self, group_size: int) -> int:
+        """Completions each prompt gets first, of the task's ``group_size`` (the default keeps
+        it)."""
+        return group_size
+
+    def group_sizes(self, first_rewards: list[list[float]], budget: int) -> list[int] | None:
+        """Each prompt's total group size from the rewards of its first completions, the step's
+        total within ``budget``; None (the default) keeps the first draw."""
+        return None
 
 
 # caller side -----------------------------------------------------------------------------------
@@ -113,6 +134,26 @@ class BatchSlot:
         if self.method is None:
             return configured
         return max(1, int(self.method.minibatches(batch_size, configured)))
+
+    def first_group_size(self, group_size: int) -> int:
+        """Completions each prompt gets first: the method's answer within [1, group_size]."""
+        if self.method is None:
+            return group_size
+        return max(1, min(int(self.method.first_group_size(group_size)), group_size))
+
+    def group_sizes(self, first_rewards: list[list[float]], budget: int) -> list[int] | None:
+        """Each prompt's total group size (at least its first count), or None to keep the
+        first draw; a total above ``budget`` is refused."""
+        if self.method is None:
+            return None
+        sizes = self.method.group_sizes([list(r) for r in first_rewards], budget)
+        if sizes is None:
+            return None
+        sizes = [max(int(n), len(r)) for n, r in zip(sizes, first_rewards, strict=True)]
+        if sum(sizes) > max(budget, sum(len(r) for r in first_rewards)):
+            raise ValueError(f"{self.method.key()} asked for {sum(sizes)} completions, above "
+                             f"the step's budget of {budget}")
+        return sizes
 
 
 # contract check --------------------------------------------------------------------------------
@@ -169,6 +210,36 @@ def _run(cls, overrides, feed: list[dict] | None = None):
     return answers, shown, fed
 
 
+#: Synthetic first rewards for ``group_sizes``: four prompts, two first completions each.
+FIRST_REWARDS = [[0.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 1.0]]
+GROUP_SIZE = 8
+
+
+def _group_sizes(cls, overrides):
+    method = cls(**overrides)
+    guarded("in start()", lambda: method.start(dict(INFO)))
+    first = guarded("in first_group_size()", lambda: method.first_group_size(GROUP_SIZE))
+    if (not isinstance(first, int) or isinstance(first, bool)
+            or not 1 <= first <= GROUP_SIZE):
+        raise ContractViolation(f"first_group_size({GROUP_SIZE}) returned {first!r}; it must "
+                                f"be an integer within [1, {GROUP_SIZE}]")
+    budget = GROUP_SIZE * len(FIRST_REWARDS)
+    rewards = [r[:first] for r in FIRST_REWARDS]
+    sizes = guarded("in group_sizes()",
+                    lambda: method.group_sizes([list(r) for r in rewards], budget))
+    if sizes is None:
+        return None
+    if (not isinstance(sizes, list) or len(sizes) != len(rewards)
+            or any(not isinstance(n, int) or isinstance(n, bool) or n < len(r)
+                   for n, r in zip(sizes, rewards, strict=False))
+            or sum(sizes) > budget):
+        raise ContractViolation(
+            f"group_sizes({rewards}, {budget}) returned {sizes!r}; it must be None or one "
+            "integer per prompt, each at least the prompt's first count, summing to at most "
+            "the budget")
+    return sizes
+
+
 def _check_minibatches(method, size: int, step: int) -> None:
     at = "from start()" if step == 0 else f"at step {step}"
     count = guarded(f"in minibatches() {at}", lambda: method.minibatches(size, 4))
@@ -218,6 +289,11 @@ def check_configuration(cls, overrides, method) -> None:
             raise ContractViolation(
                 f"is not deterministic: two fresh instances fed the same statistics gave "
                 f"diagnostics {a} and {b} at step {step}")
+    sizes, sizes_again = _group_sizes(cls, overrides), _group_sizes(cls, overrides)
+    if sizes != sizes_again:
+        raise ContractViolation(
+            f"is not deterministic: two fresh instances answered group_sizes {sizes} and "
+            f"{sizes_again} for the same first rewards")
     if cls.vectorised:
         _check_shared_schedule(cls, overrides, answers, fed)
 

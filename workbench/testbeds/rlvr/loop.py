@@ -5,7 +5,9 @@ Per step k:
 
 1. rollout: the backend samples G completions for each of P training prompts (with
    ``dynamic_sampling``, DAPO's rule: groups whose rewards are all equal are dropped and new
-   prompts are drawn until P groups are kept or ``max_refills`` draws are spent);
+   prompts are drawn until P groups are kept or ``max_refills`` draws are spent; with a
+   batch-size method's per-prompt group sizes, ``first_group_size`` completions each, then
+   the rest of each prompt's ``group_sizes`` answer, within P x G);
 2. rewards: 1 for a verified answer, else ``format_reward`` if well formed, else 0, placed at
    the last response token (token-level rewards, as verl);
 3. log-probabilities of the responses under the sampling policy (``old``) and, with a KL term,
@@ -48,6 +50,7 @@ import torch
 
 from workbench import seeds
 from workbench.families import (
+    BatchSlot,
     EntropySlot,
     mean_over_steps,
     minibatch_epochs,
@@ -157,19 +160,26 @@ def response_log_probs(model, batch: Batch, temperature: float, value_head=None,
 
 def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.Random,
                  settings: RLSettings, prompts: int, group_size: int, pad_id: int, seed: int,
-                 device, step: int = 0) -> tuple[Batch, dict[str, float]]:
+                 device, step: int = 0,
+                 batch_slot: BatchSlot | None = None) -> tuple[Batch, dict[str, float]]:
     """Generate, verify and (with dynamic sampling) filter groups; returns the batch and
     rollout statistics. Draw d of ``step`` samples from the run's ``("rollouts", step, d)``
-    stream."""
+    stream. With per-prompt group sizes (``batch_slot``'s ``first_group_size`` and
+    ``group_sizes``; not with dynamic sampling), each prompt first gets its first count, then
+    the rest of its size from further draws, one per extra count."""
+    first = group_size if batch_slot is None else batch_slot.first_group_size(group_size)
+    if settings.dynamic_sampling and first != group_size:
+        raise ValueError("per-prompt group sizes do not combine with dynamic_sampling")
     kept_problems: list[Problem] = []
     kept: list[Rollouts] = []
+    first_scores: list[list[float]] = []
     zero_var, groups_seen, tokens, seconds = 0, 0, 0, 0.0
     draws = 0
     while True:
         chosen = rng.sample(range(len(train)), min(prompts, len(train)))
         problems = [train[i] for i in chosen]
         started = time.perf_counter()
-        out = backend.generate([p.prompt for p in problems], group_size,
+        out = backend.generate([p.prompt for p in problems], first,
                                max_new_tokens=settings.max_new_tokens,
                                temperature=settings.temperature, stop=stop_strings(settings),
                                seed=seeds.int_seed(seed, "rollouts", step, draws))
@@ -177,17 +187,17 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
         tokens += sum(len(r) for r in out.response_ids)
         draws += 1
         for g, problem in enumerate(problems):
-            rows = range(g * group_size, (g + 1) * group_size)
-            texts = [out.texts[i] for i in rows]
-            scores = {reward(problem, t, settings.format_reward, answer_rule(settings))
-                      for t in texts}
+            rows = range(g * first, (g + 1) * first)
+            scores = [reward(problem, out.texts[i], settings.format_reward,
+                             answer_rule(settings)) for i in rows]
             groups_seen += 1
-            if len(scores) == 1:
+            if len(set(scores)) == 1:
                 zero_var += 1
                 if settings.dynamic_sampling:
                     continue
             kept_problems.append(problem)
             kept.append(_group(out, rows))
+            first_scores.append(scores)
         if not settings.dynamic_sampling or len(kept) >= prompts or draws > settings.max_refills:
             break
     kept, kept_problems = kept[:prompts], kept_problems[:prompts]
@@ -195,23 +205,43 @@ def sample_batch(backend: RolloutBackend, train: Sequence[Problem], rng: random.
         kept_problems = problems
         kept = [_group(out, range(g * group_size, (g + 1) * group_size))
                 for g in range(len(problems))]
+    prompt_draws = draws
+    sizes = None if batch_slot is None or settings.dynamic_sampling else \
+        batch_slot.group_sizes(first_scores, prompts * group_size)
+    if sizes is not None:  # the extra completions, one draw per extra count
+        extra = {g: n - len(kept[g].texts) for g, n in enumerate(sizes) if n > len(kept[g].texts)}
+        for more in sorted(set(extra.values())):
+            groups = [g for g in sorted(extra) if extra[g] == more]
+            started = time.perf_counter()
+            out = backend.generate([kept_problems[g].prompt for g in groups], more,
+                                   max_new_tokens=settings.max_new_tokens,
+                                   temperature=settings.temperature, stop=stop_strings(settings),
+                                   seed=seeds.int_seed(seed, "rollouts", step, draws))
+            seconds += time.perf_counter() - started
+            tokens += sum(len(r) for r in out.response_ids)
+            draws += 1
+            for i, g in enumerate(groups):
+                kept[g] = _join(kept[g], _group(out, range(i * more, (i + 1) * more)))
     merged = Rollouts(
         [ids for r in kept for ids in r.prompt_ids], [ids for r in kept for ids in r.response_ids],
         [t for r in kept for t in r.texts], [f for r in kept for f in r.finished],
         None if any(r.log_probs is None for r in kept)
         else [lp for r in kept for lp in r.log_probs])
-    row_problems = [p for p in kept_problems for _ in range(group_size)]
-    group_ids = [g for g in range(len(kept)) for _ in range(group_size)]
+    row_problems = [p for p, r in zip(kept_problems, kept, strict=True) for _ in r.texts]
+    group_ids = [g for g, r in enumerate(kept) for _ in r.texts]
     batch = build_batch(merged, row_problems, group_ids, pad_id, settings.format_reward, device,
                         answer_rule(settings))
+    if sizes is not None:  # groups with all rewards equal, counted on the whole groups
+        zero_var = sum(int(batch.scores[batch.group_ids == g].unique().numel() == 1)
+                       for g in range(len(kept)))
     stats = {"train/zero_variance_groups": zero_var / max(groups_seen, 1),
-             "train/rollout_draws": float(draws),
+             "train/rollout_draws": float(prompt_draws),
              "train/truncated_fraction": 1.0 - sum(merged.finished) / len(merged.finished),
              "time/rollout_seconds": seconds,
              "time/rollout_tokens_per_second": tokens / seconds if seconds > 0 else math.nan,
              "cost/generated_tokens": float(tokens),
              "cost/completions": float(len(merged.texts) if not settings.dynamic_sampling
-                                       else draws * prompts * group_size)}
+                                       else prompt_draws * prompts * group_size)}
     return batch, stats
 
 
@@ -220,6 +250,14 @@ def _group(out: Rollouts, rows: range) -> Rollouts:
     return Rollouts([out.prompt_ids[i] for i in rows], [out.response_ids[i] for i in rows],
                     [out.texts[i] for i in rows], [out.finished[i] for i in rows],
                     None if out.log_probs is None else [out.log_probs[i] for i in rows])
+
+
+def _join(a: Rollouts, b: Rollouts) -> Rollouts:
+    """The rows of ``a`` then those of ``b``."""
+    return Rollouts(a.prompt_ids + b.prompt_ids, a.response_ids + b.response_ids,
+                    a.texts + b.texts, a.finished + b.finished,
+                    None if a.log_probs is None or b.log_probs is None
+                    else a.log_probs + b.log_probs)
 
 
 def autocast(precision: str, device):
@@ -286,7 +324,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         started = time.perf_counter()
         # 1-2. rollout and rewards
         batch, rollout_stats = sample_batch(backend, train_set, rng, settings, prompts,
-                                            group_size, pad_id, seed, device, step)
+                                            group_size, pad_id, seed, device, step, batch_slot)
         # 3. log-probs of the sampling policy (and the reference)
         policy.eval()
         with torch.no_grad(), autocast(settings.precision, device):
@@ -333,6 +371,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         tokens += step_tokens
         lengths = mask.sum(1)
         valid = mask.bool()
+        group_counts = torch.bincount(batch.group_ids).float()
         metrics = {
             **rollout_stats, **stats, **mismatch,
             "train/precision_bits": 16.0 if settings.precision == "bf16" else 32.0,
@@ -344,7 +383,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "adv/abs_max": float(advantages[valid].abs().max()),
             "adv/zero_fraction": float((advantages[valid] == 0).float().mean()),
             "method/entropy_coef": coefficient,
-            "batch/prompts": float(prompts), "batch/group_size": float(group_size),
+            "batch/prompts": float(prompts), "batch/group_size": float(group_counts.mean()),
+            "batch/group_size_max": float(group_counts.max()),
             "batch/size": float(len(batch.scores)),
             "time/train_tokens_per_second": step_tokens * settings.epochs / train_seconds,
             "time/weight_sync_seconds": sync_seconds,

@@ -120,7 +120,7 @@ class RLVRArith(Task):
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "none", "advantage": "grpo"}
     provides = frozenset({"closure", "rewards", "mask", "group_ids", "values", "dones",
-                          "terminated", "next_values", "reward_baselines"})
+                          "terminated", "next_values", "reward_baselines", "group_rewards"})
     Params = RLVRParams
     metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
@@ -132,6 +132,16 @@ class RLVRArith(Task):
                "time/rollout_tokens_per_second": "maximize",
                "time/train_tokens_per_second": "maximize", "train/rollout_kl": "minimize"}
     default_objective = "eval/accuracy"
+
+    @classmethod
+    def method_problem(cls, params, method):
+        """Per-prompt group sizes (a batch-size method requiring ``group_rewards``) do not
+        combine with dynamic sampling, which refills whole groups of G."""
+        if (getattr(method, "family", None) == "batch_size" and params.dynamic_sampling
+                and "group_rewards" in method.requirements(method.resolve({}))):
+            return "dynamic_sampling", (f"{method.name} sets per-prompt group sizes, which do "
+                                        "not combine with dynamic_sampling: true")
+        return None
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
