@@ -11,6 +11,7 @@ the test's (Ray's default for clusters started by ``ray start``).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -24,8 +25,10 @@ from tests.postgres import _free_port
 from tests.waiting import scaled, wait_until
 
 BIN = Path(sys.executable).parent
-NODES_ALIVE = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-               "print(sum(n['Alive'] for n in ray.nodes()))")
+# prints "alive: N"; the driver's stdout also carries Ray's own lines (a raylet's "node ...
+# marked dead" while a lost node is noticed), so the count is read from its tagged line only
+NODES_ALIVE = ("import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR', "
+               "log_to_driver=False); print(f\"alive: {sum(n['Alive'] for n in ray.nodes())}\")")
 OBJECT_STORE = str(80 * 1024 * 1024)  # bytes per node: the tests move no objects
 
 
@@ -49,7 +52,8 @@ class RayCluster:
     def nodes_alive(self) -> int:
         found = subprocess.run([sys.executable, "-c", NODES_ALIVE, self.address], env=self.env,
                                capture_output=True, text=True, timeout=scaled(120))
-        return int(found.stdout.strip() or 0)
+        counts = re.findall(r"^alive: (\d+)$", found.stdout, re.MULTILINE)
+        return int(counts[-1]) if counts else 0
 
     def add_second_node(self) -> None:
         """Start the second node (again, after ``stop_second_node``) and wait until the
