@@ -614,12 +614,20 @@ def cmd_reproduce(args) -> int:
         return 0
     from workbench.reproduce import entry
 
+    if args.out is not None and (not args.out.strip() or (Path(args.out).exists()
+                                                          and not Path(args.out).is_dir())):
+        raise UsageError(f"--out {args.out!r}: allowed: a folder (absent or existing)")
     out = Path(args.out) if args.out else None
     failed = 0
     for name, (folder, claim) in chosen.items():
         command = " ".join(["workbench reproduce", name, *(["--quick"] if args.quick else [])])
-        done = entry.run(name, folder, claim, reproduce.places(name, args.quick, out),
-                         args.quick, command, say=lambda line: print(line, file=sys.stderr))
+        try:
+            done = entry.run(name, folder, claim, reproduce.places(name, args.quick, out),
+                             args.quick, command, say=lambda line: print(line, file=sys.stderr))
+        except RuntimeError as err:  # a sweep ended short: its studies say why
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
         print(f"{name}: {'holds' if done.passed else 'DOES NOT HOLD'} "
               f"({done.cpu_seconds / 60:.1f} CPU min, {done.wall_seconds / 60:.1f} min); "
               f"results in {done.results}")
