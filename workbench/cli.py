@@ -603,6 +603,40 @@ def cmd_credit(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from workbench import reproduce
+
+    chosen = reproduce.plan(args.names)
+    if args.list:
+        for name, (_folder, claim) in chosen.items():
+            print(f"{name}: {' '.join(claim.reference.split())}")
+            print(f"  {' '.join(claim.claim.split())}")
+        return 0
+    from workbench.reproduce import entry
+
+    if args.out is not None and (not args.out.strip() or (Path(args.out).exists()
+                                                          and not Path(args.out).is_dir())):
+        raise UsageError(f"--out {args.out!r}: allowed: a folder (absent or existing)")
+    out = Path(args.out) if args.out else None
+    failed = 0
+    for name, (folder, claim) in chosen.items():
+        command = " ".join(["workbench reproduce", name, *(["--quick"] if args.quick else [])])
+        try:
+            done = entry.run(name, folder, claim, reproduce.places(name, args.quick, out),
+                             args.quick, command, say=lambda line: print(line, file=sys.stderr))
+        except RuntimeError as err:  # a sweep ended short: its studies say why
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{name}: {'holds' if done.passed else 'DOES NOT HOLD'} "
+              f"({done.cpu_seconds / 60:.1f} CPU min, {done.wall_seconds / 60:.1f} min); "
+              f"results in {done.results}")
+        for outcome in done.outcomes:
+            print(f"  {'ok  ' if outcome.passed else 'FAIL'} {outcome.says}: {outcome.detail}")
+        failed += not done.passed
+    return 1 if failed else 0
+
+
 # ----------------------------------------------------------------------------------- parser
 
 
@@ -712,6 +746,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default reports/out/NAME)")
     p.add_argument("--device", help="auto (default), cpu or cuda")
     p.set_defaults(func=cmd_credit)
+
+    p = sub.add_parser("reproduce", help="rerun the reproductions of the papers' claims "
+                                         "(reproductions/NAME): sweeps, report, results, "
+                                         "checks; exit 1 when a claim's shape does not hold")
+    p.add_argument("names", nargs="*", metavar="NAME", help="reproductions (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="the tiny sizes of each claim.yaml's quick keys (checks the sign and "
+                        "shape only; results in reproductions/out/NAME-quick/)")
+    p.add_argument("--out", help="put NAME/results and NAME/work (the store, the full "
+                                 "reports) here instead")
+    p.add_argument("--list", action="store_true", help="list the reproductions and claims")
+    p.set_defaults(func=cmd_reproduce)
     return parser
 
 

@@ -1,0 +1,123 @@
+"""Reproductions of the papers' claims (reproductions/NAME): each has its parts, its committed
+results still meet every check of its claim, and its quick form, run as a user would, shows
+the effect's shape again; bad claims and arguments are refused with one message."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from workbench import cli, reproduce, spec
+from workbench.reproduce import checks
+from workbench.reproduce import claim as claims
+from workbench.validation import SpecError
+
+FOLDERS = claims.folders(reproduce.ROOT)
+
+
+def sweep_names(folder, claim) -> list[str]:
+    return [spec.read_yaml(folder / name)["name"] for name in claim.sweeps]
+
+
+def test_the_reproductions_are_there():
+    assert {"tyurin-table1", "polyak-untuned", "frank-wolfe-rate"} <= set(FOLDERS)
+
+
+@pytest.mark.parametrize("name", sorted(FOLDERS))
+def test_each_has_a_readme_with_command_cpu_time_and_verdict(name):
+    text = (FOLDERS[name] / "README.md").read_text()
+    assert f"workbench reproduce {name}" in text
+    assert "CPU" in text and "**Verdict" in text
+    run = json.loads((FOLDERS[name] / "results" / "run.json").read_text())
+    assert run["quick"] is False and run["cpu_seconds"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(FOLDERS))
+def test_the_committed_results_meet_every_check_of_the_claim(name):
+    folder = FOLDERS[name]
+    claim = claims.load(folder)
+    outcomes = checks.evaluate(claim, folder / "results", sweep_names(folder, claim),
+                               quick=False)
+    assert len(outcomes) == len(claim.checks)
+    assert all(o.passed for o in outcomes), [o.detail for o in outcomes if not o.passed]
+    recorded = json.loads((folder / "results" / "checks.json").read_text())
+    assert [r["passed"] for r in recorded] == [o.passed for o in outcomes]
+
+
+def test_tyurin_matches_the_papers_table_number_for_number():
+    table = (FOLDERS["tyurin-table1"] / "results" / "paper_vs_ours.csv").read_text()
+    rows = [line.split(",") for line in table.splitlines()[1:]]
+    assert len(rows) == 5 and all(float(r[3]) == 0 for r in rows)
+
+
+def test_the_quick_forms_show_each_claims_shape(tmp_path):
+    """`workbench reproduce --quick` on every reproduction: exit 0 (every check holds), the
+    results and the work folder where --out says."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "workbench", "reproduce", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in FOLDERS:
+        outcomes = json.loads((tmp_path / name / "results" / "checks.json").read_text())
+        assert outcomes and all(o["passed"] for o in outcomes), outcomes
+        run = json.loads((tmp_path / name / "results" / "run.json").read_text())
+        assert run["quick"] is True
+        assert (tmp_path / name / "work" / "workbench.db").is_file()
+
+
+def test_a_slope_of_a_power_law_is_its_exponent():
+    steps = np.arange(0, 1001, dtype=float)
+    values = 3.0 / (steps + 1) ** 2
+    assert checks.loglog_slope(steps + 1, values, 10, 1000) == pytest.approx(-2.0)
+    assert math.isnan(checks.loglog_slope(steps, values, 2000, 3000))
+
+
+def write_claim(folder, text: str):
+    folder.mkdir(exist_ok=True)
+    (folder / "sweep.yaml").write_text("name: x\n")
+    (folder / "claim.yaml").write_text(text)
+
+
+BASE = """claim: c
+reference: r
+sweeps: [sweep.yaml]
+"""
+
+
+@pytest.mark.parametrize(("body", "key", "says"), [
+    ("checks:\n  - {says: s, left: {method: a, slope: train/loss, window: [1, 10]}, "
+     "op: '<=', right: -1}\n", "", "needs it under curves"),
+    ("checks:\n  - {says: s, left: {method: a, column: iqm}, op: '=<', right: 1}\n",
+     "checks[0].op", "allowed: <, <=, >, >=, =="),
+    ("checks:\n  - {says: s, left: {method: a}, op: '<=', right: 1}\n", "checks[0].left",
+     "either column or slope"),
+    ("quick: {other.yaml: {}}\nchecks:\n  - {says: s, left: {method: a, column: iqm}, "
+     "op: '<=', right: 1}\n", "", "not among sweeps"),
+    ("checks: []\n", "checks", "at least 1"),
+])
+def test_a_bad_claim_is_one_message_naming_the_file_and_key(tmp_path, body, key, says):
+    write_claim(tmp_path, BASE + body)
+    with pytest.raises(SpecError) as err:
+        claims.load(tmp_path)
+    assert str(tmp_path / "claim.yaml") in str(err.value)
+    assert key in str(err.value) and says in str(err.value)
+
+
+def test_an_unknown_reproduction_or_a_foreign_out_folder_is_refused(capsys, tmp_path):
+    assert cli.main(["reproduce", "tyurin-tabel1"]) == cli.EXIT_BAD_INPUT
+    assert "did you mean 'tyurin-table1'" in capsys.readouterr().err
+    (tmp_path / "tyurin-table1" / "work").mkdir(parents=True)
+    assert cli.main(["reproduce", "tyurin-table1", "--quick", "--out",
+                     str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    assert "was not made by `workbench reproduce`" in capsys.readouterr().err
+    assert list((tmp_path / "tyurin-table1").iterdir()) == [tmp_path / "tyurin-table1" / "work"]
+    (tmp_path / "file").write_text("")
+    for out in ("", str(tmp_path / "file")):
+        assert cli.main(["reproduce", "--quick", "--out", out]) == cli.EXIT_BAD_INPUT
+        assert "--out" in capsys.readouterr().err

@@ -1,0 +1,103 @@
+"""A claim's checks, evaluated on a results folder alone (the report's table CSVs and the curve
+CSVs that ``workbench reproduce`` writes), so the committed results can be checked again
+without running anything.
+
+The slope of a curve is the least-squares fit of log(value) = a + b log(step) over the
+check's window, on 50 log-spaced steps (so each decade weighs the same): b = -1 is an O(1/t)
+rate, b = -2 an O(1/t^2) one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.reproduce.claim import OPS, Check, Claim, Ref
+
+SLOPE_POINTS = 50
+
+
+def table_file(sweep: str) -> str:
+    return f"table_{sweep}.csv"
+
+
+def curve_file(sweep: str, metric: str) -> str:
+    return f"curve_{sweep}_{metric.replace('/', '-')}.csv"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    says: str
+    passed: bool
+    left: float
+    right: float
+    detail: str  # the comparison with its numbers
+
+    def as_dict(self) -> dict:
+        return {"says": self.says, "passed": self.passed, "left": self.left,
+                "right": self.right, "detail": self.detail}
+
+
+class Results:
+    """The numbers of one results folder, read on demand."""
+
+    def __init__(self, folder: Path, sweeps: list[str]):
+        self.folder, self.sweeps = folder, sweeps
+
+    def value(self, ref: Ref) -> float:
+        sweep = ref.sweep or self.sweeps[0]
+        if ref.column is not None:
+            table = pd.read_csv(self.folder / table_file(sweep)).set_index("method")
+            if ref.method not in table.index or ref.column not in table.columns:
+                raise KeyError(f"{table_file(sweep)} has no {ref.describe()}")
+            return float(table.loc[ref.method, ref.column])
+        curve = pd.read_csv(self.folder / curve_file(sweep, ref.slope))
+        return loglog_slope(curve["step"].to_numpy(float), curve[ref.method].to_numpy(float),
+                            *ref.window)
+
+
+def loglog_slope(steps: np.ndarray, values: np.ndarray, low: float, high: float) -> float:
+    """b of log(values) = a + b log(steps), fitted on up to ``SLOPE_POINTS`` log-spaced steps
+    in [low, high] (each the logged step nearest to it); NaN with fewer than 3 usable."""
+    wanted = np.geomspace(low, high, SLOPE_POINTS)
+    usable = (steps >= low) & (steps <= high) & (values > 0) & np.isfinite(values)
+    s, v = steps[usable], values[usable]
+    if s.size < 3:
+        return math.nan
+    picked = np.unique([int(np.argmin(np.abs(s - w))) for w in wanted])
+    if picked.size < 3:
+        return math.nan
+    return float(np.polyfit(np.log(s[picked]), np.log(v[picked]), 1)[0])
+
+
+def evaluate(claim: Claim, folder: Path, sweeps: list[str], quick: bool) -> list[Outcome]:
+    """Each check that applies (``full_only`` ones not on quick results) with its numbers; a
+    number that is missing or NaN fails its check."""
+    results = Results(folder, sweeps)
+    outcomes = []
+    for check in claim.checks:
+        if quick and check.full_only:
+            continue
+        outcomes.append(_one(check, results))
+    return outcomes
+
+
+def _one(check: Check, results: Results) -> Outcome:
+    try:
+        left = results.value(check.left)
+        right = (results.value(check.right) if isinstance(check.right, Ref)
+                 else float(check.right)) * check.factor
+    except (KeyError, FileNotFoundError) as err:
+        return Outcome(check.says, False, math.nan, math.nan, f"missing: {err}")
+    right_text = (check.right.describe() if isinstance(check.right, Ref) else f"{check.right:g}")
+    if check.factor != 1.0:
+        right_text = f"{check.factor:g} x {right_text}"
+    passed = bool(np.isfinite(left) and np.isfinite(right) and OPS[check.op](left, right))
+    if isinstance(check.right, Ref) or check.factor != 1.0:
+        right_text += f" = {right:.6g}"
+    detail = f"{check.left.describe()} = {left:.6g} {check.op} {right_text}"
+    return Outcome(check.says, passed, left, right, detail)

@@ -1,0 +1,121 @@
+"""A reproduction's ``claim.yaml``: the paper's claim, its sweeps, what its quick form shrinks,
+and the checks that decide whether the claim's shape holds, read from the results files alone.
+
+    claim: the claim in one or two sentences
+    reference: the paper (authors, title, year; where in the seed literature)
+    sweeps: [sweep.yaml]                # sweep specs in the reproduction's folder
+    quick: {sweep.yaml: {budget: {steps: 100}}}   # merged into the spec for --quick
+    figures: [curves_train-loss_step.png]         # report figures kept in results/
+    curves: [train/suboptimality]       # per-step IQM over the best trial's seeds -> CSV
+    paper: {column: steps_to_target, values: {LABEL: 2, ...}}   # the paper's numbers
+    checks:
+      - says: what must hold
+        left: {method: LABEL, column: iqm}           # a column of the report's table
+        op: "<="
+        right: 5                                     # a number or another reference
+        factor: 1.0                                  # right is multiplied by it
+        full_only: false                             # true: not checked on --quick results
+
+A reference names a method (its label in the sweep) and either a ``column`` of the report's
+results table (``table_SWEEP.csv``: ``iqm``, ``mean``, ``mean_high``, ``steps_to_target``, ...)
+or a ``slope``: the least-squares slope of log(value) against log(step) of that curve's CSV
+over ``window`` (steps), on 50 log-spaced steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from workbench.validation import SpecError, Strict, validate
+
+CLAIM_FILE = "claim.yaml"
+LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,59}$"  # a sweep's method label (spec.MethodEntry)
+OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+       ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
+
+
+class Ref(Strict):
+    """A number read from the results: a table column or a curve's log-log slope."""
+
+    method: str = Field(pattern=LABEL, description="the method's label in the sweep")
+    sweep: str | None = Field(None, description="the sweep's name (default: the first)")
+    column: str | None = Field(None, description="a column of the report's results table")
+    slope: str | None = Field(None, description="a metric listed under curves")
+    window: tuple[float, float] | None = Field(None, description="steps [low, high] of the "
+                                                                 "slope's fit")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Ref:
+        if (self.column is None) == (self.slope is None):
+            raise ValueError("give either column or slope")
+        if self.slope is not None and (self.window is None or not
+                                       0 < self.window[0] < self.window[1]):
+            raise ValueError("a slope needs window: [low, high] with 0 < low < high")
+        return self
+
+    def describe(self) -> str:
+        if self.column is not None:
+            return f"{self.method}.{self.column}"
+        return f"slope of {self.method}'s {self.slope} over steps {self.window[0]:g}-" \
+               f"{self.window[1]:g}"
+
+
+class Check(Strict):
+    says: str = Field(description="what must hold, in words")
+    left: Ref
+    op: Literal["<", "<=", ">", ">=", "=="]
+    right: float | Ref
+    factor: float = Field(1.0, gt=0, description="right is multiplied by it")
+    full_only: bool = Field(False, description="true: checked on the full-size results only "
+                                               "(exact paper numbers)")
+
+
+class PaperValues(Strict):
+    column: str = Field(description="the results table's column the paper's numbers match")
+    values: dict[str, float] = Field(description="method label -> the paper's number")
+    sweep: str | None = None
+
+
+class Claim(Strict):
+    claim: str
+    reference: str
+    sweeps: list[str] = Field(min_length=1, description="sweep specs beside claim.yaml")
+    quick: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                             description="sweep file -> keys merged in for "
+                                                         "--quick")
+    figures: list[str] = Field(default_factory=list, description="report figures to keep")
+    curves: list[str] = Field(default_factory=list, description="metrics whose curves to keep")
+    paper: PaperValues | None = None
+    checks: list[Check] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Claim:
+        unknown = sorted(set(self.quick) - set(self.sweeps))
+        if unknown:
+            raise ValueError(f"quick names {', '.join(unknown)}, not among sweeps")
+        for check in self.checks:
+            for ref in (check.left, check.right):
+                if isinstance(ref, Ref) and ref.slope is not None and \
+                        ref.slope not in self.curves:
+                    raise ValueError(f"a check's slope of {ref.slope} needs it under curves")
+        return self
+
+
+def load(folder: Path) -> Claim:
+    """The claim of a reproduction folder; a bad file is one SpecError naming it."""
+    from workbench.spec import read_yaml
+
+    path = folder / CLAIM_FILE
+    claim = validate(Claim, read_yaml(path), str(path))
+    for name in claim.sweeps:
+        if not (folder / name).is_file():
+            raise SpecError(str(path), "sweeps", f"{name}: no such file in {folder}")
+    return claim
+
+
+def folders(root: Path) -> dict[str, Path]:
+    """Every reproduction under ``root`` (a folder with a claim.yaml), by name."""
+    return {p.parent.name: p.parent for p in sorted(root.glob(f"*/{CLAIM_FILE}"))}

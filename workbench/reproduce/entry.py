@@ -1,0 +1,204 @@
+"""Run one reproduction: its sweeps into a fresh store, their reports, then the results kept
+beside the claim and its checks.
+
+For each sweep of the claim (merged with its ``quick`` keys under ``--quick``): the spec as run
+goes to ``WORK/SWEEP.yaml``, its studies run on the CPU into ``WORK/workbench.db``, and its
+report is built into ``WORK/report/SWEEP/``. Kept in the results folder: the report's results
+table (``table_SWEEP.csv`` and ``.md``), the figures the claim names, a CSV per curve it names
+(``curve_SWEEP_METRIC.csv``: per step, each method's IQM over its best trial's seeds, held-out
+seeds where the sweep ran them), the paper's numbers beside ours (``paper_vs_ours.csv`` and
+``.md``) where it gives them, ``checks.json`` and ``run.json`` (the command, CPU and wall
+seconds, commit).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import resource
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from workbench.reproduce import checks
+from workbench.reproduce.claim import Claim
+from workbench.validation import SpecError
+
+WORK_MARK = ".reproduce-work"  # a work folder this command made (and may clear)
+KEPT_SUFFIXES = (".csv", ".md", ".png", ".json")  # what a results folder holds
+
+
+@dataclass
+class Places:
+    work: Path  # the store, the specs as run, the full reports (cleared before each run)
+    results: Path  # what is kept
+
+
+@dataclass
+class Outcome:
+    name: str
+    results: Path
+    outcomes: list[checks.Outcome]
+    cpu_seconds: float
+    wall_seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outcomes)
+
+
+def prepare(places: Places) -> None:
+    """An empty work folder (refusing one this command did not make) and a results folder
+    without the files of an earlier run."""
+    if places.work.exists():
+        if not (places.work / WORK_MARK).is_file():
+            raise SpecError("--out", "", f"{places.work} exists and was not made by `workbench "
+                                         "reproduce`: remove it or name another folder")
+        shutil.rmtree(places.work)
+    places.work.mkdir(parents=True)
+    (places.work / WORK_MARK).touch()
+    if places.results.is_dir():
+        for path in places.results.iterdir():
+            if path.is_file() and path.suffix in KEPT_SUFFIXES:
+                path.unlink()
+    places.results.mkdir(parents=True, exist_ok=True)
+
+
+def specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list[Path]:
+    """Each sweep spec as it will run, written into ``work`` (merged with the claim's quick
+    keys under ``quick``); every one checked before anything runs."""
+    from workbench import spec
+
+    written = []
+    for name in claim.sweeps:
+        document = spec.read_yaml(folder / name)
+        if quick:
+            document = merged(document, claim.quick.get(name, {}))
+        path = work / name
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        spec.load(path, storage=storage_url(work), device="cpu")  # bad input: before running
+        written.append(path)
+    return written
+
+
+def merged(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s keys, mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def storage_url(work: Path) -> str:
+    return f"sqlite:///{(work / 'workbench.db').resolve()}"
+
+
+def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, command: str,
+        say: Callable[[str], None]) -> Outcome:
+    """Run the reproduction ``name`` and evaluate its checks on what it kept."""
+    from workbench import engine, report, spec
+
+    started, cpu = time.perf_counter(), _cpu_seconds()
+    commit = _commit()  # before the results files it replaces count as changes
+    prepare(places)
+    paths = specs(claim, folder, places.work, quick)
+    engine.quiet_libraries()
+    names = []
+    for path in paths:
+        sweep = spec.load(path, storage=storage_url(places.work), device="cpu")
+        say(f"{name}: sweep {sweep.name} ({len(sweep.studies)} studies)")
+        final = engine.run_sweep(sweep, workers=1, device="cpu", say=say)
+        short = [f"{s.label}: {s.shortfall()}" for s in final if s.shortfall()]
+        if short:
+            raise RuntimeError(f"{name}: sweep {sweep.name} ended short: " + "; ".join(short))
+        out = places.work / "report" / sweep.name
+        report.build(report.SweepRef(sweep.name, sweep.storage), out, title=sweep.name,
+                     say=say)
+        keep(claim, sweep.name, out, places.results, several=len(paths) > 1)
+        for metric in claim.curves:
+            curve(sweep.name, sweep.storage, metric).to_csv(
+                places.results / checks.curve_file(sweep.name, metric), index=False,
+                float_format="%.6g")
+        names.append(sweep.name)
+    if claim.paper is not None:
+        paper_table(claim, places.results, names)
+    outcomes = checks.evaluate(claim, places.results, names, quick)
+    wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+    (places.results / "checks.json").write_text(json.dumps(
+        [o.as_dict() for o in outcomes], indent=1) + "\n")
+    (places.results / "run.json").write_text(json.dumps({
+        "command": command, "quick": quick, "cpu_seconds": round(cpu, 1),
+        "wall_seconds": round(wall, 1), "commit": commit,
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }, indent=1) + "\n")
+    return Outcome(name, places.results, outcomes, cpu, wall)
+
+
+def keep(claim: Claim, sweep: str, report_dir: Path, results: Path, several: bool) -> None:
+    """Copy the sweep's results table and the claim's figures from its report."""
+    for suffix in (".csv", ".md"):
+        shutil.copyfile(report_dir / f"table_{sweep}{suffix}", results / f"table_{sweep}{suffix}")
+    for figure in claim.figures:
+        source = report_dir / figure
+        if source.is_file():
+            shutil.copyfile(source, results / (f"{sweep}_{figure}" if several else figure))
+
+
+def curve(sweep: str, storage: str, metric: str) -> pd.DataFrame:
+    """Per logged step: each method's IQM of ``metric`` over its best trial's seeds (held-out
+    seeds where it has them) as column LABEL, and each seed's value as ``LABEL seed S``."""
+    from workbench import api, runs, stats
+
+    points = api.load_metrics(sweep, [metric], storage)
+    points = points[points["best"]]
+    columns = {}
+    for label, of_method in points.groupby("method", sort=False):
+        held_out = of_method[of_method["kind"] == runs.EVALUATION]
+        shown = held_out if not held_out.empty else of_method
+        table = shown.pivot_table(index="step", columns="seed", values="value")
+        columns[label] = table.apply(lambda row: stats.aggregate(row.dropna(), "iqm"), axis=1)
+        for seed in table.columns:
+            columns[f"{label} seed {seed}"] = table[seed]
+    frame = pd.DataFrame(columns)
+    frame.index.name = "step"
+    return frame.reset_index()
+
+
+def paper_table(claim: Claim, results: Path, sweeps: list[str]) -> None:
+    """The paper's numbers beside ours, per method: ``paper_vs_ours.csv`` and ``.md``."""
+    paper = claim.paper
+    sweep = paper.sweep or sweeps[0]
+    ours = pd.read_csv(results / checks.table_file(sweep)).set_index("method")[paper.column]
+    rows = [{"method": label, "paper": value, "ours": float(ours.get(label, float("nan"))),
+             "difference": float(ours.get(label, float("nan"))) - value}
+            for label, value in paper.values.items()]
+    frame = pd.DataFrame(rows)
+    frame.to_csv(results / "paper_vs_ours.csv", index=False)
+    lines = [f"{paper.column}: the paper's value beside ours (sweep {sweep})", "",
+             "| method | paper | ours | difference |", "|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['paper']:g} | {r['ours']:g} | {r['difference']:+g} |"
+              for r in rows]
+    (results / "paper_vs_ours.md").write_text("\n".join(lines) + "\n")
+
+
+def _cpu_seconds() -> float:
+    """User and system seconds of this process and the children it waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _commit() -> str:
+    from workbench import runs
+
+    tags = runs.provenance()
+    dirty = " (dirty)" if tags.get("git.dirty") == "true" else ""
+    return f"{tags.get('git.commit', 'unknown')}{dirty}"
