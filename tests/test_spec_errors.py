@@ -76,6 +76,9 @@ CASES = {
     "varied and fixed": (
         tiny_spec(task={"name": "logreg", "params": {"dim": 5}, "vary": {"dim": [2, 3]}}),
         "task.vary.dim", "also in task.params; allowed: one value there, or a list"),
+    "varied too many": (tiny_spec(task={"name": "logreg", "vary": {
+        "dim": list(range(1, 21)), "n_samples": list(range(2, 22))}}),
+        "task.vary", "400 combinations of values, each a study; allowed: at most 256"),
     "varied not a list": (tiny_spec(task={"name": "logreg", "vary": {"dim": 3}}),
                           "task.vary.dim", "valid list"),
     "bad storage": (tiny_spec(storage="mysql://db/x"), "storage", "allowed: sqlite:///"),

@@ -568,6 +568,9 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                  url, notes, evaluation_plan(spec.evaluation, seeds))
 
 
+MAX_VARIED = 256  # combinations of ``task.vary`` values in one sweep
+
+
 def task_variants(source: str, task: type[Task], spec: TaskSpec, base, problems: list
                   ) -> list[tuple[tuple[tuple[str, Any], ...], Any]]:
     """Each combination of the values of ``task.vary`` (their product, in the spec's order)
@@ -576,6 +579,11 @@ def task_variants(source: str, task: type[Task], spec: TaskSpec, base, problems:
     Problems go to ``problems``: a key that is no parameter of the task or is also in
     ``params``, an empty list, a value the parameter does not allow, one listed twice."""
     fields = task.Params.model_fields
+    combinations = math.prod(len(values) for values in spec.vary.values())
+    if combinations > MAX_VARIED:
+        problems.append(SpecError(source, "task.vary", f"{combinations:,} combinations of "
+                                  f"values, each a study; allowed: at most {MAX_VARIED}"))
+        return [((), base)]
     axes: list[list[tuple[str, Any]]] = []
     for key, values in spec.vary.items():
         where = f"task.vary.{key}"
