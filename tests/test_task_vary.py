@@ -20,7 +20,7 @@ def swept(tmp_path_factory):
         task={"name": "logreg", "params": {"n_samples": 64, "dim": 5},
               "vary": {"batch_size": [8, 32]}},
         methods={"step_size": ["constant"]}, trials=2, seeds=2, budget={"steps": STEPS},
-        storage=f"sqlite:///{folder / 'store.db'}")
+        evaluation={"seeds": 1}, storage=f"sqlite:///{folder / 'store.db'}")
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(document))
     engine.run_sweep(spec.load(path), device="cpu")
@@ -63,10 +63,10 @@ def test_the_study_runs_carry_the_value_and_the_runs_use_it(swept):
         assert study.data.params["task.batch_size"] == str(size)
         document = json.loads(runs.joined_tag(study.data.tags, runs.FINGERPRINT_DOC))
         assert document["task"]["params"]["batch_size"] == size
-        seeds = client.search_runs(
-            [experiment], f"tags.`workbench.kind` = 'seed' and tags.`{runs.FINGERPRINT}` = "
-            f"'{study.data.tags[runs.FINGERPRINT]}'")
-        assert len(seeds) == 2 * 2  # 2 trials of 2 seeds
+        seeds = [r for r in client.search_runs(
+            [experiment], f"tags.`{runs.FINGERPRINT}` = '{study.data.tags[runs.FINGERPRINT]}'")
+            if r.data.tags[runs.KIND] in (runs.SEED, runs.EVALUATION)]
+        assert len(seeds) == 2 * 2 + 1  # 2 trials of 2 seeds, the best on 1 held-out seed
         for seed in seeds:
             assert seed.data.params["task.batch_size"] == str(size)
             assert json.loads(seed.data.tags[runs.VARIED]) == {"batch_size": size}
