@@ -62,6 +62,25 @@ CASES = {
     "unknown objective metric": (tiny_spec(objective={"metric": "eval/return"}),
                                  "objective.metric", "allowed: train/loss"),
     "duplicate seeds": (tiny_spec(seeds=[1, 1]), "seeds", "distinct"),
+    "varied unknown task param": (
+        tiny_spec(task={"name": "logreg", "vary": {"batch_sise": [8, 64]}}),
+        "task.vary.batch_sise", "did you mean 'batch_size'? allowed: batch_size, bias"),
+    "varied value out of range": (
+        tiny_spec(task={"name": "logreg", "vary": {"label_noise": [0.1, 0.7]}}),
+        "task.vary.label_noise[1]", "less than 0.5"),
+    "varied value listed twice": (
+        tiny_spec(task={"name": "logreg", "vary": {"batch_size": [8, 8.0]}}),
+        "task.vary.batch_size[1]", "listed twice (as batch_size[0]); allowed: distinct"),
+    "varied empty list": (tiny_spec(task={"name": "logreg", "vary": {"batch_size": []}}),
+                          "task.vary.batch_size", "empty list; allowed: a list of the values"),
+    "varied and fixed": (
+        tiny_spec(task={"name": "logreg", "params": {"dim": 5}, "vary": {"dim": [2, 3]}}),
+        "task.vary.dim", "also in task.params; allowed: one value there, or a list"),
+    "varied too many": (tiny_spec(task={"name": "logreg", "vary": {
+        "dim": list(range(1, 21)), "n_samples": list(range(2, 22))}}),
+        "task.vary", "400 combinations of values, each a study; allowed: at most 256"),
+    "varied not a list": (tiny_spec(task={"name": "logreg", "vary": {"dim": 3}}),
+                          "task.vary.dim", "valid list"),
     "bad storage": (tiny_spec(storage="mysql://db/x"), "storage", "allowed: sqlite:///"),
 }
 

@@ -34,6 +34,9 @@ STUDY_NAME = "workbench.study"  # the Optuna study's name (task, methods, finger
 STUDY_TITLE = "workbench.study_title"  # on a study run: SWEEP.SLOT=LABEL, the readable name
 METHOD = "workbench.method"  # the study's label; METHOD + ".SLOT": the slot's method name
 TASK = "workbench.task"
+# on every run of a study of a sweep with task.vary: its varied task parameters' values, JSON
+# ({"num_envs": 64}); the study's label ends with them too (``adam, num_envs=64``)
+VARIED = "workbench.varied"
 FIDELITY = "workbench.fidelity"  # one fidelity or "mixed"; FIDELITY + ".SLOT": per slot
 SEED_TAG = "workbench.seed"
 FAIL_REASON = "workbench.fail_reason"

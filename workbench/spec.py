@@ -60,6 +60,9 @@ class MethodEntry(Strict):
 class TaskSpec(Strict):
     name: str
     params: dict[str, Any] = {}
+    vary: dict[str, list[Any]] = Field(
+        {}, description="task parameter -> its values: a study per value (per combination of "
+                        "values, over several keys) of each method combination")
 
 
 class SamplerSpec(Strict):
@@ -257,15 +260,22 @@ class StudyPlan:
     fingerprint: str = ""
     document: dict = field(default_factory=dict, compare=False, repr=False)
     vectorised: bool = False  # its trials run their seeds on a seed axis (``execution``)
+    task_params: Any = field(default=None, compare=False, repr=False)  # the task's Params
+    varied: tuple[tuple[str, Any], ...] = ()  # (parameter, value) of each ``task.vary`` key
 
     @property
     def label(self) -> str:
-        return "+".join(m.label for m in self.methods if not m.implicit)
+        """Each named slot's method label, joined by ``+``; then ``, KEY=VALUE`` of each
+        varied task parameter (``adam, num_envs=64``)."""
+        return with_varied("+".join(m.label for m in self.methods if not m.implicit),
+                           self.varied)
 
     @property
     def display(self) -> str:
-        """``SLOT=LABEL`` of each slot the spec names, joined by ``+``."""
-        return "+".join(f"{m.slot}={m.label}" for m in self.methods if not m.implicit)
+        """``SLOT=LABEL`` of each slot the spec names, joined by ``+``; then ``, KEY=VALUE``
+        of each varied task parameter."""
+        return with_varied("+".join(f"{m.slot}={m.label}" for m in self.methods
+                                    if not m.implicit), self.varied)
 
     @property
     def combination(self) -> dict[str, str]:
@@ -282,9 +292,18 @@ class StudyPlan:
         }
 
 
+def with_varied(label: str, varied) -> str:
+    """``label`` followed by ``, KEY=VALUE`` for each (key, value) of ``varied``, values as
+    JSON writes them (``16``, ``0.1``, ``true``), strings bare."""
+    shown = [f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+             for key, value in varied]
+    return ", ".join([label, *shown])
+
+
 @dataclass
 class Sweep:
-    """A checked spec, ready for the engine."""
+    """A checked spec, ready for the engine. ``task_params`` are the task's parameters
+    without ``task.vary``; each study's own are its plan's (``params_of``)."""
 
     spec: SweepSpec
     name: str
@@ -323,6 +342,10 @@ class Sweep:
     @property
     def report(self) -> ReportOptions:
         return self.spec.report
+
+    def params_of(self, plan: StudyPlan) -> Any:
+        """The task parameters ``plan``'s study runs with (``task.vary`` applied)."""
+        return self.task_params if plan.task_params is None else plan.task_params
 
     def title(self, plan: StudyPlan) -> str:
         """The study's readable name in this sweep, for messages: ``SWEEP.SLOT=LABEL[+...]``
@@ -458,10 +481,12 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
 
         raise SpecError.of([*problems, SpecError(
             source, "task.name", _suggesting(str(err), spec.task.name, TASKS))]) from None
+    task_params = None
     try:
         task_params = validate(task.Params, spec.task.params, source, prefix="task.params")
     except SpecError as err:
         problems.append(err)
+    variants = task_variants(source, task, spec.task, task_params, problems)
 
     metric = spec.objective.metric or task.default_objective
     if metric not in task.metrics:
@@ -496,21 +521,27 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
         default = registry.get(slot, task.default_methods[slot])
         per_slot.append([MethodChoice(slot, default, {}, {}, implicit=True)])
     if not problems:
+        seen = set()
         for choice in (c for choices in per_slot for c in choices):
-            found = task.method_problem(task_params, choice.cls)
-            if found is not None:
-                problems.append(SpecError(source, f"task.params.{found[0]}", found[1]))
+            for varied, params in variants:
+                found = task.method_problem(params, choice.cls)
+                if found is None or found in seen:
+                    continue
+                seen.add(found)
+                where = "task.vary" if found[0] in dict(varied) else "task.params"
+                problems.append(SpecError(source, f"{where}.{found[0]}", found[1]))
     if problems:
         raise SpecError.of(problems)
 
     seeds = list(range(spec.seeds)) if isinstance(spec.seeds, int) else list(spec.seeds)
     kind = device_kind(device or spec.device)
     studies, by_fingerprint = [], {}
-    for combo in itertools.product(*per_slot):
-        label = "+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit)
+    for combo, (varied, params) in itertools.product(itertools.product(*per_slot), variants):
+        label = with_varied("+".join(f"{m.slot}={m.label}" for m in combo if not m.implicit),
+                            varied)
         shown = f"{name}.{label}"  # Sweep.title
-        vectorised = _seed_mode(spec, task, task_params, combo, shown, source, notes)
-        document = fingerprint_document(spec, task, task_params, seeds, metric, direction,
+        vectorised = _seed_mode(spec, task, params, combo, shown, source, notes)
+        document = fingerprint_document(spec, task, params, seeds, metric, direction,
                                         combo, kind, vectorised)
         digest = fingerprint.digest(document)
         if digest in by_fingerprint:
@@ -519,7 +550,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             "same methods, fixed values and search spaces): drop one")
         by_fingerprint[digest] = label
         plan = StudyPlan(study_name(task.name, combo, digest), tuple(combo), spec.trials,
-                         digest, document, vectorised)
+                         digest, document, vectorised, params, varied)
         if not plan.search_space() and spec.trials > 1:
             notes.append(f"{shown}: nothing to tune; running 1 trial")
             plan = replace(plan, n_trials=1)
@@ -535,6 +566,79 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             "" if storage else "storage") if url else default_storage()
     return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
                  url, notes, evaluation_plan(spec.evaluation, seeds))
+
+
+MAX_VARIED = 256  # combinations of ``task.vary`` values in one sweep
+
+
+def task_variants(source: str, task: type[Task], spec: TaskSpec, base, problems: list
+                  ) -> list[tuple[tuple[tuple[str, Any], ...], Any]]:
+    """Each combination of the values of ``task.vary`` (their product, in the spec's order)
+    as (((key, value as JSON dumps it), ...), the task's Params with them); one with no key
+    varied and ``base`` (``task.params`` checked; None when it failed) without ``vary``.
+    Problems go to ``problems``: a key that is no parameter of the task or is also in
+    ``params``, an empty list, a value the parameter does not allow, one listed twice."""
+    fields = task.Params.model_fields
+    combinations = math.prod(len(values) for values in spec.vary.values())
+    if combinations > MAX_VARIED:
+        problems.append(SpecError(source, "task.vary", f"{combinations:,} combinations of "
+                                  f"values, each a study; allowed: at most {MAX_VARIED}"))
+        return [((), base)]
+    axes: list[list[tuple[str, Any]]] = []
+    for key, values in spec.vary.items():
+        where = f"task.vary.{key}"
+        if key not in fields:
+            problems.append(SpecError(source, where, f"task {task.name} has no parameter "
+                                      f"{shorten(key)}; {did_you_mean(key, fields)}allowed: "
+                                      + ", ".join(sorted(fields))))
+        elif key in spec.params:
+            problems.append(SpecError(source, where, "is also in task.params; allowed: one "
+                                      "value there, or a list of values here"))
+        elif not values:
+            problems.append(SpecError(source, where, "an empty list; allowed: a list of the "
+                                      "values to compare"))
+        elif base is not None:
+            axes.append(_axis(source, task, spec, key, values, problems))
+    if base is None or len(axes) < len(spec.vary):
+        return [((), base)]
+    variants = []
+    for varied in itertools.product(*axes):
+        try:
+            params = validate(task.Params, {**spec.params, **dict(varied)}, source)
+        except SpecError as err:  # the values pass one at a time, not together
+            shown = ", ".join(f"{k}={shorten(v)}" for k, v in varied)
+            problems.append(SpecError(source, "task.vary", f"{shown}: {err.message}"))
+            continue
+        dumped = params.model_dump(mode="json")
+        variants.append((tuple((k, dumped[k]) for k, _ in varied), params))
+    return variants or [((), base)]
+
+
+def _axis(source: str, task: type[Task], spec: TaskSpec, key: str, values: list,
+          problems: list) -> list[tuple[str, Any]]:
+    """``(key, value)`` of each of ``values`` that the task's Params take with
+    ``task.params``; a problem for each other one, and for each listed twice."""
+    axis, seen = [], {}
+    for i, value in enumerate(values):
+        where = f"task.vary.{key}[{i}]"
+        try:
+            params = validate(task.Params, {**spec.params, key: value}, source,
+                              prefix="task.params")
+        except SpecError as err:
+            for path, message in err.problems:
+                mine = path in (f"task.params.{key}", "task.params")
+                problems.append(SpecError(source, where, message if mine
+                                          else f"{path}: {message}"))
+            continue
+        checked = params.model_dump(mode="json")[key]
+        if json.dumps(checked) in seen:
+            problems.append(SpecError(source, where, f"{shorten(value)} is listed twice "
+                                      f"(as {key}[{seen[json.dumps(checked)]}]); allowed: "
+                                      "distinct values"))
+            continue
+        seen[json.dumps(checked)] = i
+        axis.append((key, value))
+    return axis
 
 
 def seed_axis_problem(spec: SweepSpec, task: type[Task], task_params, combo) -> str | None:

@@ -105,8 +105,9 @@ class Evaluator:
         tags = {**run_tags(sweep, plan, study, self.device), runs.KIND: runs.EVALUATION,
                 runs.SEED_TAG: seed, runs.EVALUATES: best.number}
         run_id = runs.start_run(self.client, study.user_attrs["mlflow_experiment_id"], name,
-                                tags=tags, params={**run_params(sweep, self.device, config),
-                                                   "seed": seed},
+                                tags=tags,
+                                params={**run_params(sweep, plan, self.device, config),
+                                        "seed": seed},
                                 parent=best.user_attrs["mlflow_run_id"])
         entry = {**entry, "run_id": run_id}
         study.set_user_attr(key, entry)
@@ -117,7 +118,7 @@ class Evaluator:
             with Heartbeat(lambda: self.storage.set_study_user_attr(
                     study._study_id, key, {**entry, "beat": time.time()})):
                 try:
-                    value = monitor.final_value(execute(sweep, methods, seed, self.device,
+                    value = monitor.final_value(execute(sweep, plan, methods, seed, self.device,
                                                         monitor))
                 except StopRun as stop:  # a held-out seed that diverges is a result
                     self.sink.flush()

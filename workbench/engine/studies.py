@@ -164,9 +164,12 @@ def _next_step(how: str, plan: StudyPlan) -> str:
 
 
 def plan_tags(sweep: Sweep, plan: StudyPlan) -> dict[str, str]:
-    """The tags every run of the study carries: sweep, study, method per slot, fidelity."""
+    """The tags every run of the study carries: sweep, study, method per slot, fidelity,
+    and the values of the varied task parameters (``task.vary``) where the sweep has any."""
     tags = {runs.SWEEP: sweep.name, runs.STUDY_NAME: plan.name, runs.FINGERPRINT:
             plan.fingerprint, runs.METHOD: plan.label, runs.TASK: sweep.task.name}
+    if plan.varied:
+        tags[runs.VARIED] = json.dumps(dict(plan.varied), sort_keys=True)
     for m in plan.methods:
         tags[runs.slot_tag(runs.METHOD, m.slot)] = m.cls.name
         tags[runs.slot_tag(runs.FIDELITY, m.slot)] = m.cls.fidelity
@@ -184,7 +187,7 @@ def study_params(sweep: Sweep, plan: StudyPlan) -> dict[str, object]:
               "sampler": sweep.spec.sampler.name, "pruner": sweep.spec.pruner.name}
     for key, value in sweep.spec.budget.model_dump().items():
         params[f"budget.{key}"] = value
-    for key, value in sweep.task_params.model_dump().items():
+    for key, value in sweep.params_of(plan).model_dump().items():
         params[f"task.{key}"] = value
     for name, dist in plan.search_space().items():
         params[f"space.{name}"] = repr(dist)

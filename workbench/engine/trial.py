@@ -73,11 +73,12 @@ def build_methods(plan: StudyPlan, sampled: dict) -> tuple[dict, dict]:
     return methods, config
 
 
-def run_params(sweep: Sweep, device: torch.device, config_methods: dict) -> dict:
+def run_params(sweep: Sweep, plan: StudyPlan, device: torch.device,
+               config_methods: dict) -> dict:
     """The params of a trial, seed or evaluation run: task, device, every resolved task
-    parameter and hyperparameter."""
+    parameter (the study's: ``task.vary`` applied) and hyperparameter."""
     params = {"task": sweep.task.name, "device": str(device)}
-    params.update({f"task.{k}": v for k, v in sweep.task_params.model_dump().items()})
+    params.update({f"task.{k}": v for k, v in sweep.params_of(plan).model_dump().items()})
     for slot, entry in config_methods.items():
         params[f"method.{slot}"] = entry["name"]
         params.update({f"{slot}.{k}": v for k, v in entry["params"].items()})
@@ -91,29 +92,30 @@ def run_tags(sweep: Sweep, plan: StudyPlan, study: optuna.Study, device: torch.d
             "optuna.study_name": plan.name, "optuna.study_id": study._study_id}
 
 
-def execute(sweep: Sweep, methods: dict, seed: int, device: torch.device, log,
-            keep: dict | None = None) -> dict:
-    """Run the sweep's task once from ``seed`` with fresh copies of ``methods`` (no state leaks
-    from one run to the next), ``log`` as its monitor; its final metrics. ``keep``, when
-    given, receives the copies (their recorded hyperparameter reads)."""
+def execute(sweep: Sweep, plan: StudyPlan, methods: dict, seed: int, device: torch.device,
+            log, keep: dict | None = None) -> dict:
+    """Run the sweep's task once, with ``plan``'s task parameters, from ``seed`` with fresh
+    copies of ``methods`` (no state leaks from one run to the next), ``log`` as its monitor;
+    its final metrics. ``keep``, when given, receives the copies (their recorded
+    hyperparameter reads)."""
     # the fallback for a library draw from torch's global RNG (testbeds use named streams)
     torch.manual_seed(seeds.int_seed(seed, "global"))
     fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}
     if keep is not None:
         keep.update(fresh)
-    return sweep.task().run(sweep.task_params, fresh, seed=seed, device=device,
+    return sweep.task().run(sweep.params_of(plan), fresh, seed=seed, device=device,
                             budget=sweep.spec.budget, log=with_gpu_metrics(log, device))
 
 
-def execute_seeds(sweep: Sweep, methods: dict, seed_list: list[int], device: torch.device,
-                  log, keep: dict | None = None) -> list[dict]:
+def execute_seeds(sweep: Sweep, plan: StudyPlan, methods: dict, seed_list: list[int],
+                  device: torch.device, log, keep: dict | None = None) -> list[dict]:
     """``execute`` for all of ``seed_list`` on one seed axis (``Task.run_seeds``): each seed's
     final metrics."""
     torch.manual_seed(seeds.int_seed(seed_list[0], "global"))
     fresh = {slot: type(m)(**m.params) for slot, m in methods.items()}
     if keep is not None:
         keep.update(fresh)
-    return sweep.task().run_seeds(sweep.task_params, fresh, seeds=list(seed_list),
+    return sweep.task().run_seeds(sweep.params_of(plan), fresh, seeds=list(seed_list),
                                   device=device, budget=sweep.spec.budget,
                                   log=with_gpu_metrics(log, device, per_seed=True))
 
@@ -203,14 +205,14 @@ class TrialRunner:
         config = {
             "sweep": sweep.name, "study": plan.name, "trial": trial.number,
             "fingerprint": plan.fingerprint,
-            "task": {"name": sweep.task.name, "params": sweep.task_params.model_dump()},
+            "task": {"name": sweep.task.name, "params": sweep.params_of(plan).model_dump()},
             "methods": config_methods, "seeds": sweep.seeds,
             "budget": sweep.spec.budget.model_dump(), "device": str(self.device),
             "objective": {"metric": sweep.metric, "direction": sweep.direction,
                           "at": sweep.spec.objective.at,
                           "aggregate": sweep.spec.objective.aggregate},
         }
-        params = run_params(sweep, self.device, config_methods)
+        params = run_params(sweep, plan, self.device, config_methods)
         tags = {**run_tags(sweep, plan, study, self.device),
                 "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
         experiment_id = study.user_attrs["mlflow_experiment_id"]
@@ -252,7 +254,7 @@ class TrialRunner:
         fresh: dict = {}
         try:
             try:
-                result = execute(sweep, opened.methods, seed, self.device, monitor, fresh)
+                result = execute(sweep, plan, opened.methods, seed, self.device, monitor, fresh)
             finally:
                 if index == 0 and fresh:
                     self._warn_unused_knobs(plan, fresh, opened.run_id)
@@ -278,7 +280,7 @@ class TrialRunner:
         fresh: dict = {}
         try:
             try:
-                results = execute_seeds(sweep, opened.methods, sweep.seeds, self.device,
+                results = execute_seeds(sweep, plan, opened.methods, sweep.seeds, self.device,
                                         SeedsMonitor(sweep, monitors, opened.trial), fresh)
             finally:
                 if fresh:
