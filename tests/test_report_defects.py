@@ -2,6 +2,7 @@
 disjoint methods, a vocabulary metric the task does not offer as an objective, and intervals
 that must stay inside their metric's range."""
 
+import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
@@ -9,6 +10,7 @@ from workbench import engine, spec
 from workbench.engine import studies
 from workbench.report import data
 from workbench.store import Store
+from workbench.validation import SpecError
 
 
 def test_a_study_without_trials_is_reported_as_having_none(tmp_path):
@@ -48,3 +50,18 @@ def test_sweeps_with_disjoint_methods_report_together(tmp_path):
     assert (out / "table_one.md").exists() and (out / "table_two.md").exists()
     assert data.pooled_scores([data.read_sweep(data.SweepRef(name, storage))
                                for name in ("one", "two")]) == {}
+
+
+def test_a_report_may_draw_any_vocabulary_metric_not_only_objective_candidates(write_spec):
+    """eval/response_length is logged by the RLVR loop but is no objective candidate."""
+    document = tiny_spec(task={"name": "rlvr-arith", "params": {}},
+                         methods={"step_size": ["adam_schedule"]},
+                         report={"metrics": ["eval/response_length",
+                                             "eval/accuracy"]})
+    sweep = spec.load(write_spec(document))
+    assert sweep.report.metrics == ["eval/response_length", "eval/accuracy"]
+    document["report"] = {"metrics": ["eval/response_lenght"]}
+    with pytest.raises(SpecError) as refused:
+        spec.load(write_spec(document))
+    message = str(refused.value)
+    assert "report.metrics[0]" in message and "eval/response_length" in message  # did you mean
