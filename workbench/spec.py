@@ -352,7 +352,8 @@ class Sweep:
             trials=plan.n_trials,
             space={name: json.loads(od.distribution_to_json(dist))
                    for name, dist in plan.search_space().items()},
-            evaluation=self.evaluation)
+            evaluation=self.evaluation,
+            metric_bounds=self.task.metric_bounds(self.task_params))
         return record.to_tags()
 
 

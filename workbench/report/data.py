@@ -20,7 +20,7 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 
-from workbench import fingerprint, results, runs, selection, stats
+from workbench import fingerprint, metrics, results, runs, selection, stats
 from workbench.store import Store, redact
 from workbench.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
 from workbench.validation import SpecError, shorten
@@ -110,6 +110,11 @@ class SweepData:
     @property
     def direction(self) -> str:
         return self.record.direction
+
+    def bounds(self, metric: str) -> tuple[float, float]:
+        """The range of ``metric``'s values on this sweep's task: the vocabulary's, narrowed
+        by the task's own as the study recorded it (``StudyRecord.metric_bounds``)."""
+        return metrics.bounds(metric, self.record.metric_bounds.get(metric))
 
 
 def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData:
