@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -47,7 +49,7 @@ def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def logged_names(task_name, params, methods) -> set[str]:
+def logged_names(task_name, params, methods, values: dict | None = None) -> set[str]:
     task = TASKS[task_name]
     chosen = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
     for slot, (name, hyperparameters) in methods.items():
@@ -55,8 +57,14 @@ def logged_names(task_name, params, methods) -> set[str]:
     for slot in set(task.slots) - set(chosen):  # the step-size slot of the optimisation tasks
         chosen[slot] = registry.get(slot, "constant")()
     names: set[str] = set()
+
+    def log(step, logged):
+        names.update(logged)
+        for name, value in logged.items():
+            (values if values is not None else {}).setdefault(name, []).append(float(value))
+
     task().run(task.Params(**params), chosen, seed=0, device=torch.device("cpu"),
-               budget=Budget(steps=3), log=lambda step, m: names.update(m))
+               budget=Budget(steps=3), log=log)
     return names
 
 
@@ -64,11 +72,18 @@ def logged_names(task_name, params, methods) -> set[str]:
                          ids=[f"{t}-{'-'.join(n for n, _ in m.values()) or 'defaults'}"
                               for t, _, m in RUNS])
 def test_every_logged_name_is_in_the_vocabulary(task_name, params, methods):
-    names = logged_names(task_name, params, methods)
+    values: dict[str, list[float]] = {}
+    names = logged_names(task_name, params, methods, values)
     assert len(names) > 5
     unknown = sorted(n for n in names if not metrics.is_known(n))
     assert not unknown, f"{task_name} logs names that workbench/metrics.py does not define: " \
                         f"{unknown}"
+    task = TASKS[task_name]
+    declared = task.metric_bounds(task.Params(**params))
+    for name, logged in values.items():  # every declared range holds on what is logged
+        low, high = metrics.bounds(name, declared.get(name))
+        finite = [v for v in logged if math.isfinite(v)]
+        assert all(low <= v <= high for v in finite), (name, low, high, finite)
 
 
 def test_every_objective_a_task_offers_is_in_the_vocabulary():
@@ -82,6 +97,20 @@ def test_open_families_and_unknown_names():
     assert not metrics.is_known("train/approx_kl_k1")
     assert not metrics.is_known("eval/pass@0") and not metrics.is_known("method/")
     assert metrics.unit("train/approx_kl") == "nats"
+
+
+def test_metric_bounds_come_from_the_vocabulary_narrowed_by_the_task():
+    assert metrics.bounds("train/accuracy") == (0.0, 1.0) == metrics.bounds("eval/pass@8")
+    assert metrics.bounds("train/policy_loss") == (-math.inf, math.inf)  # may be negative
+    assert metrics.bounds("method/step_size") == (-math.inf, math.inf)
+    assert metrics.bounds("train/return") == (-math.inf, math.inf)  # Pendulum's are < 0
+    assert metrics.bounds("train/return", (0.0, None)) == (0.0, math.inf)  # CartPole's
+    assert metrics.bounds("train/accuracy", (None, 0.5)) == (0.0, 0.5)
+    cartpole, pendulum = TASKS["cartpole"], TASKS["pendulum"]
+    assert cartpole.metric_bounds(cartpole.Params())["train/return"] == (0.0, None)
+    assert "train/return" not in pendulum.metric_bounds(pendulum.Params())
+    for name, task in TASKS.items():  # a task bounds only names the vocabulary defines
+        assert all(metrics.is_known(m) for m in task.bounds), name
 
 
 def test_readme_metrics_table_is_the_vocabulary():

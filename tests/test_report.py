@@ -259,7 +259,7 @@ def test_a_band_through_zero_on_a_log_axis_runs_to_the_floor(swept, monkeypatch)
     folder, _ = swept
     d = data.read_sweep(data.SweepRef("tiny", f"sqlite:///{folder / 'store.db'}"), None)
     monkeypatch.setattr(stats, "wants_log_scale", lambda values: True)
-    monkeypatch.setattr(stats, "interval_band", lambda values, how, confidence: (
+    monkeypatch.setattr(stats, "interval_band", lambda values, how, confidence, bounds: (
         np.full(values.shape[1], -1.0), np.full(values.shape[1], 2.0)))  # through 0
     drawing = figures.curves([d], "train/loss", "step", d.options,
                              figures.Style(m.label for m in d.methods))

@@ -167,3 +167,25 @@ def test_the_quantiles_and_trimmed_mean_equal_scipy_stats():
         low, high = stats.interval_band(x, "mean", 0.9)
         half = reference.t.ppf(0.95, n - 1) * x.std(ddof=1) / np.sqrt(n)
         assert np.allclose([low[0], high[0]], [x.mean() - half, x.mean() + half])
+
+
+# ------------------------------------------------------- intervals inside the metric's range
+
+@pytest.mark.parametrize("how", ["mean", "iqm"])
+def test_an_interval_stays_inside_the_metrics_range(how):
+    """A t interval of a non-negative sample with big outliers reaches below 0, and one of
+    accuracies near 1 above 1; inside the declared range they stop at its ends (the aggregate
+    of values in a range lies in it, so no coverage is lost)."""
+    losses = [0.001, 0.002, 0.05, 0.09]
+    free = stats.interval(losses, how)
+    assert free.low < 0  # the defect: Student-t knows nothing of the range
+    bounded = stats.interval(losses, how, bounds=(0.0, math.inf))
+    assert bounded.low >= 0 and bounded.high == pytest.approx(free.high)
+    accuracies = [0.99, 1.0, 0.97, 1.0, 0.995]
+    assert stats.interval(accuracies, how).high > 1
+    bounded = stats.interval(accuracies, how, bounds=(0.0, 1.0))
+    assert bounded.high <= 1 and bounded.low == pytest.approx(stats.interval(accuracies,
+                                                                             how).low)
+    low, high = stats.interval_band(np.array([losses, accuracies[:4]]).T, how,
+                                    bounds=(0.0, 1.0))
+    assert (low >= 0).all() and (high <= 1).all()

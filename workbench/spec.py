@@ -20,7 +20,7 @@ import optuna.distributions as od
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from workbench import fingerprint, registry, yamlsafe
+from workbench import fingerprint, metrics, registry, yamlsafe
 from workbench.hyperparams import HyperparameterError
 from workbench.store import redact
 from workbench.study_record import EvaluationPlan, ReportOptions, StudyRecord
@@ -375,7 +375,8 @@ class Sweep:
             trials=plan.n_trials,
             space={name: json.loads(od.distribution_to_json(dist))
                    for name, dist in plan.search_space().items()},
-            evaluation=self.evaluation)
+            evaluation=self.evaluation,
+            metric_bounds=self.task.metric_bounds(self.task_params))
         return record.to_tags()
 
 
@@ -495,11 +496,14 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                                   f"allowed: " + ", ".join(task.metrics)))
     direction = spec.objective.direction or task.metrics.get(metric, "minimize")
     for i, curve in enumerate(spec.report.metrics or []):
-        if curve not in task.metrics:
-            problems.append(SpecError(source, f"report.metrics[{i}]", f"task {task.name} has "
-                                      f"no metric {shorten(curve)}; "
-                                      f"{did_you_mean(curve, task.metrics)}allowed: "
-                                      + ", ".join(task.metrics)))
+        # a curve may be any name of the vocabulary, not only an objective candidate
+        if curve not in task.metrics and not metrics.is_known(curve):
+            known = [*task.metrics, *metrics.VOCABULARY]
+            problems.append(SpecError(source, f"report.metrics[{i}]", f"no metric "
+                                      f"{shorten(curve)} in the vocabulary; "
+                                      f"{did_you_mean(curve, known)}allowed: a name of README's "
+                                      f"metrics table (workbench/metrics.py) that task "
+                                      f"{task.name} logs, e.g. " + ", ".join(task.metrics)))
 
     notes: list[str] = []
     per_slot: list[list[MethodChoice]] = []

@@ -11,7 +11,13 @@ edge of the statistical precipice", NeurIPS 2021) where it has a definition.
   is Student-t on the mean when g = 0, n < 4); for the median the distribution-free
   order-statistic interval [x_(k), x_(n-k+1)], k the largest with P(Binom(n, 1/2) < k) <=
   alpha/2 (none exists below 6 values at 95%). ``tests/test_stats.py`` checks their coverage
-  by simulation at n = 3, 5 and 10.
+  by simulation at n = 3, 5 and 10. With ``bounds`` (the metric's range,
+  ``workbench.metrics.bounds``) each interval is intersected with it: the mean, IQM or median
+  of values in [a, b] lies in [a, b], so the intersection loses no coverage (an interval
+  missed the aggregate only where it left the range) and is never empty (it holds the centre);
+  the restricted confidence set of a bounded parameter (Mandelkern, "Setting confidence
+  intervals for bounded parameters", Statistical Science 2002). A t interval of a loss whose
+  seeds sit near 0 with one outlier no longer reaches below 0.
 - ``bootstrap_ci``: percentile bootstrap interval of an aggregate; with ``strata`` (one label
   per value, e.g. the task) values are resampled within each stratum (stratified bootstrap).
   The report uses it only where values are many (scores pooled over sweeps): with n values it
@@ -64,23 +70,38 @@ class Interval:
     note: str = ""
 
 
-def interval(values, how: str = "mean", confidence: float = 0.95) -> Interval:
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def interval(values, how: str = "mean", confidence: float = 0.95,
+             bounds: tuple[float, float] = UNBOUNDED) -> Interval:
     """The confidence interval of ``aggregate(values, how)`` that the report prints
-    (``INTERVAL_METHODS``); NaN below 2 finite values, or for a median below the count a
-    distribution-free interval needs."""
+    (``INTERVAL_METHODS``), inside ``bounds`` (the values' range); NaN below 2 finite values,
+    or for a median below the count a distribution-free interval needs."""
     x = np.asarray(values, dtype=float)
     if x.size < 2 or not np.all(np.isfinite(x)):
         return Interval(math.nan, math.nan, "fewer than 2 finite values")
-    low, high = interval_band(x[:, None], how, confidence)
+    low, high = interval_band(x[:, None], how, confidence, bounds)
     if how == "median" and not np.isfinite(low[0]):
         return Interval(math.nan, math.nan, f"{x.size} values are too few for a "
                         f"distribution-free {confidence:.0%} interval of the median")
     return Interval(float(low[0]), float(high[0]))
 
 
-def interval_band(values, how: str = "mean",
-                  confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def interval_band(values, how: str = "mean", confidence: float = 0.95,
+                  bounds: tuple[float, float] = UNBOUNDED) -> tuple[np.ndarray, np.ndarray]:
     """``interval`` at every column of ``values`` (runs x points) at once."""
+    low, high = _interval_band(values, how, confidence)
+    return within(low, bounds), within(high, bounds)
+
+
+def within(values, bounds: tuple[float, float]) -> np.ndarray:
+    """``values`` inside ``bounds`` = (low, high) (NaN stays NaN): ``interval``'s intersection
+    of an interval with the range its aggregate is known to lie in."""
+    return np.clip(np.asarray(values, dtype=float), bounds[0], bounds[1])
+
+
+def _interval_band(values, how: str, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     v = np.sort(np.asarray(values, dtype=float), axis=0)
     n = v.shape[0]
     if n < 2:

@@ -88,6 +88,9 @@ class StudyRecord(BaseModel):
     trials: int  # the trials the study asks for
     space: dict[str, dict[str, Any]]  # name -> optuna.distributions.distribution_to_json, parsed
     evaluation: EvaluationPlan | None = None  # held-out seeds, when the sweep asks for them
+    # name -> (low, high), None unbounded: ranges the task knows beyond the vocabulary's
+    # (``Task.metric_bounds``); the report's intervals stay inside both
+    metric_bounds: dict[str, tuple[float | None, float | None]] = {}
 
     def to_tags(self) -> dict[str, str]:
         return runs.split_tag(runs.STUDY_RECORD, self.model_dump_json())

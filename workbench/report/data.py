@@ -20,7 +20,7 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 
-from workbench import fingerprint, results, runs, selection, stats
+from workbench import fingerprint, metrics, results, runs, selection, stats
 from workbench.store import Store, redact
 from workbench.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
 from workbench.validation import SpecError, shorten
@@ -110,6 +110,11 @@ class SweepData:
     @property
     def direction(self) -> str:
         return self.record.direction
+
+    def bounds(self, metric: str) -> tuple[float, float]:
+        """The range of ``metric``'s values on this sweep's task: the vocabulary's, narrowed
+        by the task's own as the study recorded it (``StudyRecord.metric_bounds``)."""
+        return metrics.bounds(metric, self.record.metric_bounds.get(metric))
 
 
 def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData:
@@ -208,7 +213,8 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: p
     trials["reason"] = trials.get(runs.PRUNE_REASON)
     finished = trials["status"].isin([runs.FINISHED, runs.KILLED])
     last = selection.cutoff(zip(trials["number"], finished, strict=True), record.trials)
-    trials = trials[[selection.counted(n, last) for n in trials["number"]]]
+    counted = np.array([selection.counted(n, last) for n in trials["number"]], dtype=bool)
+    trials = trials[counted]  # a list would select columns where it is empty (no trials)
     done = trials[(trials["status"] == runs.FINISHED) & trials["objective"].notna()]
     best_run, seeds = None, pd.DataFrame(columns=["run_id", "seed", "objective"])
     if not done.empty:
@@ -340,10 +346,12 @@ def steps_to_target(d: SweepData, m: MethodData, target: TargetSpec) -> tuple[fl
 def pooled_scores(sweeps: Iterable[SweepData]) -> dict[str, tuple[np.ndarray, list[str]]]:
     """Per method present in every sweep: its runs' scores normalised per sweep to [0, 1]
     (1 = the best run of any method on that sweep, 0 = the worst) and the sweep of each, the
-    strata of the bootstrap."""
+    strata of the bootstrap. Empty when no method has runs on every sweep."""
     sweeps = list(sweeps)
     common = set.intersection(*({m.label for m in d.methods if not m.seeds.empty}
                                 for d in sweeps))
+    if not common:
+        return {}
     pooled: dict[str, tuple[list, list]] = {label: ([], []) for label in sorted(common)}
     for d in sweeps:
         values = pd.concat([m.seeds["objective"] for m in d.methods if m.label in common])

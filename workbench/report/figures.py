@@ -88,7 +88,8 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
                 continue
             centre = np.array([stats.aggregate(values[:, j], options.aggregate)
                                for j in range(values.shape[1])])
-            low, high = stats.interval_band(values, options.aggregate, options.confidence)
+            low, high = stats.interval_band(values, options.aggregate, options.confidence,
+                                            bounds=d.bounds(metric))
             style.line(ax, m.label, grid, centre)
             bands.append((grid, low, high, style.colour(m.label)))
             centres.append(centre)
@@ -131,25 +132,33 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
         _final_across(axes[-1], sweeps, options, style)
     for ax, d in zip(axes, sweeps, strict=False):
         methods = [m for m in d.methods if not m.seeds.empty]
-        for i, m in enumerate(methods):
+        bars = []  # per method: its seeds' values, the centre and the interval
+        for m in methods:
             values = m.seeds["objective"].to_numpy(dtype=float)
-            centre = stats.aggregate(values, options.aggregate)
-            interval = stats.interval(values, options.aggregate, options.confidence)
-            err = (None if math.isnan(interval.low)
-                   else [[centre - interval.low], [interval.high - centre]])
+            bars.append((values, stats.aggregate(values, options.aggregate),
+                         stats.interval(values, options.aggregate, options.confidence,
+                                        d.bounds(d.metric))))
+            used += m.seeds["run_id"].tolist()
+        log = bool(methods) and d.direction == "minimize" and stats.wants_log_scale(
+            pd.concat([m.seeds["objective"] for m in methods]))
+        floor = _final_floor(bars) if log else None
+        for i, (m, (values, centre, interval)) in enumerate(zip(methods, bars, strict=True)):
+            low, high = interval.low, interval.high
+            if floor is not None:  # an interval reaching 0 stops at the axis' end
+                low, high = max(low, floor), max(high, floor)
+            err = None if math.isnan(low) else [[centre - low], [high - centre]]
             ax.errorbar(centre, i, xerr=err, fmt=style.marker(m.label),
                         color=style.colour(m.label), capsize=3)
             finite = values[np.isfinite(values)]  # every seed as a point below its interval
             ax.scatter(finite, np.full(finite.size, i - 0.18), marker="|", s=40,
                        color=style.colour(m.label), alpha=0.7)
-            used += m.seeds["run_id"].tolist()
         ax.set_yticks(range(len(methods)),
                       [f"{captions.name(m)} (n={len(m.seeds)})" for m in methods])
         ax.set_xlabel(f"{d.metric} ({d.record.at}; "
                       f"{'lower' if d.direction == 'minimize' else 'higher'} is better)")
-        if methods and d.direction == "minimize":  # an interval below 0 runs off the left
-            _log_if_wide(ax, pd.concat([m.seeds["objective"] for m in methods]), "x",
-                         nonpositive="clip")
+        if floor is not None:
+            _log_axis(ax, "x", nonpositive="clip")
+            ax.set_xlim(left=floor)
         ax.set_title(d.name, fontsize=10)
         ax.grid(alpha=0.3, axis="x")
     _caption(fig, f"{options.aggregate.upper()} over seeds of each method's best trial with "
@@ -157,8 +166,22 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
     return Drawing("final", fig, used, sweeps)
 
 
+def _final_floor(bars) -> float | None:
+    """The left end of ``final``'s log axis: half the smallest positive seed value or centre
+    (an interval reaching 0 or below stops there, as a curve's band does)."""
+    points = np.concatenate([np.append(values, centre) for values, centre, _ in bars])
+    points = points[np.isfinite(points) & (points > 0)]
+    return float(points.min()) / 2 if points.size else None
+
+
 def _final_across(ax, sweeps: list[SweepData], options: ReportOptions, style: Style) -> None:
     pooled = pooled_scores(sweeps)
+    if not pooled:
+        ax.text(0.5, 0.5, "no method has runs on every sweep:\nno scores to pool",
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_axis_off()
+        ax.set_title(f"all {len(sweeps)} sweeps", fontsize=10)
+        return
     for i, (label, (scores, strata)) in enumerate(pooled.items()):
         centre = stats.aggregate(scores, options.aggregate)
         low, high = stats.bootstrap_ci(scores, options.aggregate, options.confidence,

@@ -50,6 +50,10 @@ class ResultsTable:
                    f"{captions.selection(d)}. "
                    f"{captions.intervals(('iqm', 'mean'), options.confidence, frame['seeds'])}"
                    f"; 'iqm' is the interquartile mean (25% trimmed). Best per column in bold.")
+        low, high = d.bounds(d.metric)
+        if math.isfinite(low) or math.isfinite(high):
+            caption += (f" Intervals stop at the ends of {d.metric}'s range "
+                        f"[{low:g}, {high:g}].")
         marks = captions.marks(d.methods)
         if marks:
             caption += f" {marks}."
@@ -131,7 +135,7 @@ def _row(d: SweepData, m: MethodData, options: ReportOptions) -> dict:
     values = m.seeds["objective"].to_numpy(dtype=float)
     for how in ("iqm", "mean"):
         row[how] = stats.aggregate(values, how)
-        interval = stats.interval(values, how, options.confidence)
+        interval = stats.interval(values, how, options.confidence, d.bounds(d.metric))
         row[f"{how}_low"], row[f"{how}_high"] = interval.low, interval.high
     if options.target:
         row["steps_to_target"], row["not_reached"] = steps_to_target(d, m, options.target)

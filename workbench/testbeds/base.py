@@ -64,6 +64,9 @@ class Task:
     slot_requires: ClassVar[dict[str, frozenset[str]]] = {}
     Params: ClassVar[type[TaskParams]] = TaskParams
     metrics: ClassVar[dict[str, str]] = {}  # objective candidates: name -> natural direction
+    # name -> (low, high), None unbounded: a range this task's values keep beyond the one the
+    # vocabulary declares for every task (a loss that is >= 0 here); ``metric_bounds``
+    bounds: ClassVar[dict[str, tuple[float | None, float | None]]] = {}
     default_objective: ClassVar[str] = "train/loss"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -75,6 +78,13 @@ class Task:
             raise TypeError(
                 f"{cls.__qualname__}.provides names {', '.join(unknown)}, which no family lets "
                 "a method require (workbench.families.REQUIRABLE)")
+
+    @classmethod
+    def metric_bounds(cls, params: TaskParams) -> dict[str, tuple[float | None, float | None]]:
+        """The ranges this task's metrics keep under ``params`` beyond the vocabulary's
+        (``bounds``; a task whose range depends on its parameters overrides this); the study
+        record carries them to the report."""
+        return dict(cls.bounds)
 
     @classmethod
     def method_problem(cls, params: TaskParams, method: type) -> tuple[str, str] | None:

@@ -46,6 +46,9 @@ class ControlParams(TaskParams, RolloutSettings, PPOSettings):
         return self
 
 
+NONNEGATIVE_REWARDS = frozenset({"CartPole-v0", "CartPole-v1"})
+
+
 class Control(Task):
     name = "control"
     description = ("PPO / REINFORCE on any Gymnasium environment id (classic control runs as "
@@ -66,6 +69,13 @@ class Control(Task):
                "time/env_steps_per_second": "maximize"}
     default_objective = "train/return"
     default_env = "CartPole-v1"
+
+    @classmethod
+    def metric_bounds(cls, params):
+        """A return is >= 0 where every reward is (CartPole: +1 per step survived)."""
+        if params.env in NONNEGATIVE_REWARDS:
+            return {"train/return": (0.0, None), "train/return_recent": (0.0, None)}
+        return {}
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):

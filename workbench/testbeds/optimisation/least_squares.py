@@ -107,6 +107,7 @@ class LeastSquares(Task):
     Params = LeastSquaresParams
     metrics = {"train/loss": "minimize", "train/suboptimality": "minimize",
                "train/grad_norm": "minimize"}
+    bounds = {"train/loss": (0.0, None), "train/suboptimality": (0.0, None)}  # f* exact
     default_objective = "train/suboptimality"
 
     def run(self, params, methods, *, seed, device, budget, log):

@@ -213,6 +213,7 @@ class LogReg(Task):
         "train/grad_norm": "minimize",
         "train/steps_to_target": "minimize",
     }
+    bounds = {"train/loss": (0.0, None)}  # logistic loss plus an L2 penalty
     default_objective = "train/loss"
 
     def run(self, params, methods, *, seed, device, budget, log):

@@ -135,6 +135,7 @@ class MLP(Task):
     metrics = {"train/loss": "minimize", "train/accuracy": "maximize",
                "val/loss": "minimize", "val/accuracy": "maximize",
                "train/grad_norm": "minimize"}
+    bounds = {"train/loss": (0.0, None), "val/loss": (0.0, None)}  # cross-entropy
     default_objective = "train/loss"
 
     def run(self, params, methods, *, seed, device, budget, log):

@@ -56,6 +56,7 @@ class Quadratic(Task):
     Params = QuadraticParams
     metrics = {"train/loss": "minimize", "train/suboptimality": "minimize",
                "train/grad_norm": "minimize"}
+    bounds = {"train/suboptimality": (0.0, None)}  # f* exact; the loss itself may be < 0
     default_objective = "train/suboptimality"
 
     def run(self, params, methods, *, seed, device, budget, log):
