@@ -59,6 +59,7 @@ from workbench.families import (
 )
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
+from workbench.testbeds.rlvr.lengths import lengths_by_correctness
 from workbench.testbeds.rlvr.mismatch import mismatch_metrics, tis_weights
 from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
@@ -277,7 +278,9 @@ def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLS
     rule, stop = answer_rule(settings), stop_strings(settings)
     greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True, stop=stop,
                               max_new_tokens=settings.max_new_tokens, seed=eval_seed)
-    accuracy = sum(is_correct(p, t, rule) for p, t in zip(held_out, greedy.texts, strict=True))
+    greedy_correct = [is_correct(p, t, rule) for p, t in zip(held_out, greedy.texts,
+                                                              strict=True)]
+    greedy_lengths = [len(r) for r in greedy.response_ids]
     subset = list(held_out[:settings.eval_k_prompts])
     k = settings.eval_k
     sampled = backend.generate([p.prompt for p in subset], k, temperature=settings.temperature,
@@ -287,9 +290,11 @@ def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLS
               for i, p in enumerate(subset)]
     per_sample = sum(is_correct(p, t, rule) for p, t in zip(
         (p for p in subset for _ in range(k)), sampled.texts, strict=True))
-    return {"eval/accuracy": accuracy / len(held_out), f"eval/pass@{k}": sum(solved) / len(subset),
+    return {"eval/accuracy": sum(greedy_correct) / len(held_out),
+            f"eval/pass@{k}": sum(solved) / len(subset),
             "eval/pass@1_sampled": per_sample / (k * len(subset)),
-            "eval/response_length": sum(len(r) for r in greedy.response_ids) / len(held_out)}
+            "eval/response_length": sum(greedy_lengths) / len(held_out),
+            **lengths_by_correctness(greedy_lengths, greedy_correct, "eval")}
 
 
 def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any],
@@ -378,6 +383,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "train/reward": float(batch.scores.mean()),
             "train/accuracy": float(batch.correct.float().mean()),
             "train/response_length": float(lengths.mean()),
+            **lengths_by_correctness(lengths, batch.correct, "train"),
             "train/entropy": mean_entropy,
             "adv/mean": float(advantages[valid].mean()), "adv/std": float(advantages[valid].std()),
             "adv/abs_max": float(advantages[valid].abs().max()),
