@@ -3,6 +3,8 @@ computation, and the RLVR loop logging the split for training rollouts and evalu
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -147,3 +149,32 @@ def test_the_logged_split_equals_the_split_recomputed_from_the_rollouts():
                 hand_split(rollout))
             assert (m["train/response_length_incorrect"]
                     > m["train/response_length_correct"])  # the wrong texts are longer
+
+
+def first_step(policy, loss_constant: str) -> tuple[float, list[int]]:
+    """The first update's policy loss under Dr. GRPO's aggregation, and the lengths of the
+    responses it was computed on."""
+    tokenizer = build_char_tokenizer()
+    task = get_task("rlvr-arith")
+    methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    problems = generate("add", 40, seed=0)
+    backend = ScriptedBackend(tokenizer)
+    settings = RLSettings(prompts=3, group_size=4, eval_every=5, eval_k=3, eval_k_prompts=2,
+                          max_new_tokens=16, loss_agg="seq-mean-token-sum-norm",
+                          loss_constant=loss_constant)
+    logged = []
+    train(policy, tokenizer, backend, methods, problems[10:], problems[:10], settings,
+          budget=Budget(steps=1), seed=0, device="cpu",
+          log=lambda step, m: logged.append((step, dict(m), list(backend.calls))))
+    rollout = next(c for c in logged[1][2] if not c["greedy"] and c["n"] == 4)
+    return logged[1][1]["train/policy_loss"], rollout["lengths"]
+
+
+def test_the_dr_grpo_constant_is_the_longest_response_or_max_new_tokens():
+    tokenizer = build_char_tokenizer()
+    policy = build_model(ModelConfig(hidden=32, layers=1, heads=2, intermediate=64), tokenizer)
+    longest, lengths = first_step(copy.deepcopy(policy), "longest")
+    fixed, same = first_step(copy.deepcopy(policy), "max_new_tokens")
+    assert lengths == same and max(lengths) < 16 and longest != 0
+    # the same token sum, divided by the longest response or by max_new_tokens
+    assert longest * max(lengths) == pytest.approx(fixed * 16, rel=1e-5)

@@ -24,7 +24,8 @@ Per step k:
            - c * agg(H_t) + value loss (+ the entropy method's extra loss)
 
    with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
-   (``shared.losses.aggregate``), KL estimator ``kl_kind`` to the reference with weight
+   (``shared.losses.aggregate``; ``seq-mean-token-sum-norm`` divides by ``loss_constant``'s
+   constant), KL estimator ``kl_kind`` to the reference with weight
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
@@ -464,7 +465,7 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
             old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
             settings: RLSettings, generator, tis=None) -> dict[str, float]:
     mask = batch.response_mask
-    constant = float(mask.shape[1])
+    constant = loss_constant(settings, mask)
     per_step: list[dict[str, float]] = []
     for idx in minibatch_epochs(len(batch.scores), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=generator,
@@ -492,6 +493,14 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
         stats["method/step_size"] = step_size_taken(optimizer)
         per_step.append(stats)
     return mean_over_steps(per_step)
+
+
+def loss_constant(settings: RLSettings, mask: torch.Tensor) -> float:
+    """The constant of ``seq-mean-token-sum-norm`` (Dr. GRPO): the width T of the step's
+    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``)."""
+    if settings.loss_constant == "max_new_tokens":
+        return float(settings.max_new_tokens)
+    return float(mask.shape[1])
 
 
 def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_probs, ref_log_probs,
