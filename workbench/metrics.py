@@ -36,6 +36,7 @@ NONNEGATIVE = {"lower": 0.0}
 
 _KL = "workbench.testbeds.shared.losses.approx_kl"
 _CLIP = "workbench.testbeds.shared.losses.clip_fractions"
+_LEN = "workbench.testbeds.rlvr.lengths.lengths_by_correctness"
 
 VOCABULARY: dict[str, Metric] = {
     # -- what the run paid: the fair-comparison axes
@@ -198,6 +199,19 @@ VOCABULARY: dict[str, Metric] = {
                                   "samples)", "fraction", **FRACTION),
     "eval/response_length": Metric("mean length of the held-out greedy completions",
                                    "tokens", **NONNEGATIVE),
+    # the length split by correctness (Dr. GRPO's length bias); absent when the subset is empty
+    "train/response_length_correct": Metric(
+        "mean token length of the completions whose answer was judged correct", "tokens", _LEN,
+        **NONNEGATIVE),
+    "train/response_length_incorrect": Metric(
+        "mean token length of the completions whose answer was judged incorrect", "tokens",
+        _LEN, **NONNEGATIVE),
+    "eval/response_length_correct": Metric(
+        "mean token length of the completions whose answer was judged correct", "tokens", _LEN,
+        **NONNEGATIVE),
+    "eval/response_length_incorrect": Metric(
+        "mean token length of the completions whose answer was judged incorrect", "tokens",
+        _LEN, **NONNEGATIVE),
     # -- the GPU (CUDA runs only; ``workbench.gpu``)
     "gpu/peak_memory_mib": Metric("peak GPU memory torch allocated in the run's process since "
                                   "the run started (torch.cuda.max_memory_allocated; on a seed "

@@ -24,7 +24,8 @@ Per step k:
            - c * agg(H_t) + value loss (+ the entropy method's extra loss)
 
    with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
-   (``shared.losses.aggregate``), KL estimator ``kl_kind`` to the reference with weight
+   (``shared.losses.aggregate``; ``seq-mean-token-sum-norm`` divides by ``loss_constant``'s
+   constant), KL estimator ``kl_kind`` to the reference with weight
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
@@ -59,6 +60,7 @@ from workbench.families import (
 )
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
+from workbench.testbeds.rlvr.lengths import lengths_by_correctness
 from workbench.testbeds.rlvr.mismatch import mismatch_metrics, tis_weights
 from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
@@ -277,7 +279,9 @@ def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLS
     rule, stop = answer_rule(settings), stop_strings(settings)
     greedy = backend.generate([p.prompt for p in held_out], 1, greedy=True, stop=stop,
                               max_new_tokens=settings.max_new_tokens, seed=eval_seed)
-    accuracy = sum(is_correct(p, t, rule) for p, t in zip(held_out, greedy.texts, strict=True))
+    greedy_correct = [is_correct(p, t, rule) for p, t in zip(held_out, greedy.texts,
+                                                              strict=True)]
+    greedy_lengths = [len(r) for r in greedy.response_ids]
     subset = list(held_out[:settings.eval_k_prompts])
     k = settings.eval_k
     sampled = backend.generate([p.prompt for p in subset], k, temperature=settings.temperature,
@@ -287,9 +291,11 @@ def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLS
               for i, p in enumerate(subset)]
     per_sample = sum(is_correct(p, t, rule) for p, t in zip(
         (p for p in subset for _ in range(k)), sampled.texts, strict=True))
-    return {"eval/accuracy": accuracy / len(held_out), f"eval/pass@{k}": sum(solved) / len(subset),
+    return {"eval/accuracy": sum(greedy_correct) / len(held_out),
+            f"eval/pass@{k}": sum(solved) / len(subset),
             "eval/pass@1_sampled": per_sample / (k * len(subset)),
-            "eval/response_length": sum(len(r) for r in greedy.response_ids) / len(held_out)}
+            "eval/response_length": sum(greedy_lengths) / len(held_out),
+            **lengths_by_correctness(greedy_lengths, greedy_correct, "eval")}
 
 
 def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any],
@@ -378,6 +384,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "train/reward": float(batch.scores.mean()),
             "train/accuracy": float(batch.correct.float().mean()),
             "train/response_length": float(lengths.mean()),
+            **lengths_by_correctness(lengths, batch.correct, "train"),
             "train/entropy": mean_entropy,
             "adv/mean": float(advantages[valid].mean()), "adv/std": float(advantages[valid].std()),
             "adv/abs_max": float(advantages[valid].abs().max()),
@@ -458,7 +465,7 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
             old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
             settings: RLSettings, generator, tis=None) -> dict[str, float]:
     mask = batch.response_mask
-    constant = float(mask.shape[1])
+    constant = loss_constant(settings, mask)
     per_step: list[dict[str, float]] = []
     for idx in minibatch_epochs(len(batch.scores), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=generator,
@@ -486,6 +493,14 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
         stats["method/step_size"] = step_size_taken(optimizer)
         per_step.append(stats)
     return mean_over_steps(per_step)
+
+
+def loss_constant(settings: RLSettings, mask: torch.Tensor) -> float:
+    """The constant of ``seq-mean-token-sum-norm`` (Dr. GRPO): the width T of the step's
+    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``)."""
+    if settings.loss_constant == "max_new_tokens":
+        return float(settings.max_new_tokens)
+    return float(mask.shape[1])
 
 
 def _loss(policy, value_head, entropy_slot: EntropySlot, batch, idx, old_log_probs, ref_log_probs,

@@ -32,6 +32,10 @@ class RLSettings(Settings):
     ratio_level: Literal["token", "sequence"] = "token"
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                       "seq-mean-token-sum-norm"] = "token-mean"
+    loss_constant: Literal["longest", "max_new_tokens"] = Field(
+        "longest", description="the constant seq-mean-token-sum-norm divides token sums by: "
+        "the step's longest response, or max_new_tokens (verl pads every response to the "
+        "maximum length, so its constant is that one, whatever the batch)")
     kl_coef: float = Field(0.0, ge=0)
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
     value_coef: float = Field(0.5, ge=0)
