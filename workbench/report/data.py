@@ -145,6 +145,9 @@ def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData
             *(a for a in options.x_axes if a != "step")}
     if options.target:
         keys.add(options.target.metric)
+    keys |= {*(r.metric for r in options.rates), *(r.x for r in options.rates),
+             *(name for s in options.split for name in s.names()), *(s.x for s in options.split)}
+    keys.discard("step")
     history = results.metric_history(store, experiments, sorted(keys))
     history["run_id"] = history["run_id"].astype(str)
     history["key"] = history["key"].astype(str)
