@@ -76,7 +76,8 @@ def rates(sweeps: list[SweepData], spec: RateSpec, options: ReportOptions,
             fit_x = np.geomspace(*spec.window, 20)
             fit_y = np.exp(ok["intercept"].mean()) * fit_x ** row["mean_slope"]
             interval = ("" if math.isnan(row["ci_low"])
-                        else f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]")
+                        else f", {options.confidence:.0%} CI [{row['ci_low']:.2f}, "
+                             f"{row['ci_high']:.2f}]")
             style.line(ax, m.label, fit_x, fit_y, lw=2, linestyle="--", markevery=4)
             ax.lines[-1].set_label(f"{captions.name(m)}: slope {row['mean_slope']:.2f}"
                                    f"{interval} (n={int(row['n'])})")
