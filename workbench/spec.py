@@ -495,11 +495,17 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                                   f"{shorten(metric)}; {did_you_mean(metric, task.metrics)}"
                                   f"allowed: " + ", ".join(task.metrics)))
     direction = spec.objective.direction or task.metrics.get(metric, "minimize")
-    for i, curve in enumerate(spec.report.metrics or []):
+    asked = spec.report
+    named = [(f"report.metrics[{i}]", curve) for i, curve in enumerate(asked.metrics or [])]
+    named += [(f"report.rates[{i}].metric", r.metric) for i, r in enumerate(asked.rates)]
+    named += [(f"report.log_axes.{curve}", curve) for curve in asked.log_axes]
+    named += [(f"report.split[{i}]", name) for i, s in enumerate(asked.split)
+              for name in s.names()]
+    for where, curve in named:
         # a curve may be any name of the vocabulary, not only an objective candidate
         if curve not in task.metrics and not metrics.is_known(curve):
             known = [*task.metrics, *metrics.VOCABULARY]
-            problems.append(SpecError(source, f"report.metrics[{i}]", f"no metric "
+            problems.append(SpecError(source, where, f"no metric "
                                       f"{shorten(curve)} in the vocabulary; "
                                       f"{did_you_mean(curve, known)}allowed: a name of README's "
                                       f"metrics table (workbench/metrics.py) that task "

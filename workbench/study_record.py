@@ -18,18 +18,45 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench import runs
 from workbench.validation import Strict
 
 RECORD_VERSION = 1
+LINE_STYLES = ("-", "--", ":", "-.")  # a split figure's line per condition
 
 
 class TargetSpec(Strict):
     metric: str
     value: float
     direction: Literal["minimize", "maximize"] = "maximize"
+
+
+class RateSpec(Strict):
+    """A power-law rate to fit: ``metric`` ~ C ``x``^a over ``window`` of x (``rates`` figure)."""
+
+    metric: str
+    x: str = "step"
+    window: tuple[float, float]
+
+    @model_validator(mode="after")
+    def _window_in_order(self) -> RateSpec:
+        if not 0 < self.window[0] < self.window[1]:
+            raise ValueError(f"window must be [low, high] with 0 < low < high, not "
+                             f"{list(self.window)}")
+        return self
+
+
+class SplitSpec(Strict):
+    """A metric split by a condition: the curves of ``metric``_``by[i]`` (``split`` figure)."""
+
+    metric: str
+    by: list[str] = Field(min_length=1, max_length=len(LINE_STYLES))
+    x: str = "step"
+
+    def names(self) -> list[str]:
+        return [f"{self.metric}_{part}" for part in self.by]
 
 
 class ReportOptions(Strict):
@@ -41,6 +68,9 @@ class ReportOptions(Strict):
     aggregate: Literal["mean", "iqm", "median"] = "iqm"
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     resamples: int = Field(2000, ge=100, le=100_000)
+    rates: list[RateSpec] = []  # power-law slopes per seed, with an interval over seeds
+    log_axes: dict[str, list[Literal["x", "y"]]] = {}  # learning-curve metric -> log axes
+    split: list[SplitSpec] = []  # a metric's curves split by a condition
 
 
 class EvaluationPlan(BaseModel):

@@ -20,7 +20,7 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 
-from workbench import fingerprint, metrics, results, runs, selection, stats
+from workbench import fingerprint, metrics, results, runs, selection, stats_claims
 from workbench.store import Store, redact
 from workbench.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
 from workbench.validation import SpecError, shorten
@@ -145,6 +145,9 @@ def read_sweep(ref: SweepRef, options: ReportOptions | None = None) -> SweepData
             *(a for a in options.x_axes if a != "step")}
     if options.target:
         keys.add(options.target.metric)
+    keys |= {*(r.metric for r in options.rates), *(r.x for r in options.rates),
+             *(name for s in options.split for name in s.names()), *(s.x for s in options.split)}
+    keys.discard("step")
     history = results.metric_history(store, experiments, sorted(keys))
     history["run_id"] = history["run_id"].astype(str)
     history["key"] = history["key"].astype(str)
@@ -327,20 +330,18 @@ def curve_on_grid(d: SweepData, run_ids: list[str], metric: str, axis: str):
 
 
 def steps_to_target(d: SweepData, m: MethodData, target: TargetSpec) -> tuple[float, int]:
-    """The median first step at which the best trial's seeds reach ``target`` (over those
-    that do; NaN when none does) and how many never do."""
+    """The Kaplan-Meier median first step at which the best trial's seeds reach ``target``
+    (a seed that never does censored at its last step: NaN when at most half reach it,
+    ``stats_claims.km_median``) and how many never do."""
     if m.seeds.empty:
         return math.nan, 0
     h = d.history[(d.history["key"] == target.metric)]
     reached = []
     for run_id in m.seeds["run_id"]:
         run = h[h["run_id"] == run_id]
-        reached.append(stats.steps_to_target(run["step"], run["value"], target.value,
-                                             target.direction))
-    reached = np.asarray(reached)
-    hits = reached[np.isfinite(reached)]
-    return (float(np.median(hits)) if hits.size else math.nan,
-            int(np.sum(~np.isfinite(reached))))
+        reached.append(stats_claims.first_reach(run["step"], run["value"], target.value,
+                                                target.direction))
+    return stats_claims.km_median(reached), sum(r.censored for r in reached)
 
 
 def pooled_scores(sweeps: Iterable[SweepData]) -> dict[str, tuple[np.ndarray, list[str]]]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from workbench.report import figures, folder
+from workbench.report import claims, figures, folder
 from workbench.report.data import SweepData, SweepRef, read_sweep
 from workbench.report.index import index_page
 from workbench.report.provenance import Provenance
@@ -58,11 +58,12 @@ _DRAWINGS: list[Callable[[], figures.Drawing | None]] = []
 
 
 def render(drawings: list[Callable[[], figures.Drawing | None]],
-           out: Path) -> list[tuple[str, list[str]] | None]:
+           out: Path) -> list[tuple[str, list[str], list[str]] | None]:
     """Draw each figure and save it as PNG and PDF in ``out``: on every CPU this process may
     use, each figure whole in one worker process (forked, so it shares the data read); one by
     one where there is one CPU or no fork. Per drawing, in order: (its file stem, the runs it
-    shows), or None where it has nothing to show. A process running other threads draws one by
+    shows, the names of the files of numbers written beside it), or None where it has nothing
+    to show. A process running other threads draws one by
     one too: a forked child would inherit any lock another thread holds."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     workers = min(cpus, len(drawings))
@@ -83,16 +84,19 @@ def render(drawings: list[Callable[[], figures.Drawing | None]],
         _DRAWINGS.clear()
 
 
-def _render_one(index: int, out: Path) -> tuple[str, list[str]] | None:
+def _render_one(index: int, out: Path) -> tuple[str, list[str], list[str]] | None:
     return _save(_DRAWINGS[index](), out)
 
 
-def _save(drawing: figures.Drawing | None, out: Path) -> tuple[str, list[str]] | None:
+def _save(drawing: figures.Drawing | None,
+          out: Path) -> tuple[str, list[str], list[str]] | None:
     if drawing is None:
         return None
     for suffix in (".png", ".pdf"):
         drawing.figure.savefig(out / f"{drawing.stem}{suffix}", dpi=120)
-    return drawing.stem, list(drawing.run_ids)
+    for suffix, text in drawing.numbers.items():
+        (out / f"{drawing.stem}{suffix}").write_text(text)
+    return drawing.stem, list(drawing.run_ids), [f"{drawing.stem}{s}" for s in drawing.numbers]
 
 
 class _Writer:
@@ -114,10 +118,12 @@ class _Writer:
                      functools.partial(figures.profiles, sweeps, style),
                      functools.partial(figures.best_of_k, sweeps, o, style)]
         drawings += [functools.partial(figures.sensitivity, d, style) for d in sweeps]
+        drawings += claims.drawings(sweeps, o, style)
         for drawn in render(drawings, self.out):
             if drawn is not None:
-                stem, run_ids = drawn
+                stem, run_ids, numbers = drawn
                 self.written += [self.out / f"{stem}.png", self.out / f"{stem}.pdf"]
+                self.written += [self.out / name for name in numbers]
                 self.provenance.write(self.out / f"{stem}.png", run_ids, sweeps)
         for d in sweeps:
             self.results_table(d)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import optuna.distributions as od
@@ -49,6 +49,7 @@ class Drawing:
     figure: Figure
     run_ids: list[str]  # the runs it shows
     sweeps: list[SweepData]
+    numbers: dict[str, str] = field(default_factory=dict)  # file name suffix -> its numbers
 
 
 class Style:
@@ -70,7 +71,8 @@ class Style:
         kwargs.setdefault("marker", marker)
         kwargs.setdefault("markevery", max(1, len(x) // 8))
         kwargs.setdefault("markersize", 4)
-        return ax.plot(x, y, color=colour, linestyle=style, label=label, **kwargs)
+        kwargs.setdefault("linestyle", style)
+        return ax.plot(x, y, color=colour, label=label, **kwargs)
 
 
 def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptions,
@@ -97,8 +99,11 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
             used += shown["run_id"].tolist()
             drawn = True
         history = d.history[d.history["key"] == metric]["value"]
-        log = (d.record.metric_directions.get(metric) == "minimize"
-               and stats.wants_log_scale(history))
+        asked = options.log_axes.get(metric, [])  # the report's log_axes
+        log = "y" in asked or (d.record.metric_directions.get(metric) == "minimize"
+                               and stats.wants_log_scale(history))
+        if "x" in asked:
+            _log_axis(ax, "x")
         floor = None
         if log:
             _log_axis(ax, "y")

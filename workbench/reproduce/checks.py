@@ -2,9 +2,9 @@
 CSVs that ``workbench reproduce`` writes), so the committed results can be checked again
 without running anything.
 
-The slope of a curve is the least-squares fit of log(value) = a + b log(step) over the
-check's window, on 50 log-spaced steps (so each decade weighs the same): b = -1 is an O(1/t)
-rate, b = -2 an O(1/t^2) one.
+The slope of a curve is ``workbench.stats_claims.loglog_slope``: the least-squares fit of
+log(value) = a + b log(step) over the check's window, on 50 log-spaced steps (so each decade
+weighs the same): b = -1 is an O(1/t) rate, b = -2 an O(1/t^2) one.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.reproduce.claim import OPS, Check, Claim, Ref
-
-SLOPE_POINTS = 50
+from workbench.stats_claims import loglog_slope
 
 
 def table_file(sweep: str) -> str:
@@ -58,20 +57,6 @@ class Results:
         curve = pd.read_csv(self.folder / curve_file(sweep, ref.slope))
         return loglog_slope(curve["step"].to_numpy(float), curve[ref.method].to_numpy(float),
                             *ref.window)
-
-
-def loglog_slope(steps: np.ndarray, values: np.ndarray, low: float, high: float) -> float:
-    """b of log(values) = a + b log(steps), fitted on up to ``SLOPE_POINTS`` log-spaced steps
-    in [low, high] (each the logged step nearest to it); NaN with fewer than 3 usable."""
-    wanted = np.geomspace(low, high, SLOPE_POINTS)
-    usable = (steps >= low) & (steps <= high) & (values > 0) & np.isfinite(values)
-    s, v = steps[usable], values[usable]
-    if s.size < 3:
-        return math.nan
-    picked = np.unique([int(np.argmin(np.abs(s - w))) for w in wanted])
-    if picked.size < 3:
-        return math.nan
-    return float(np.polyfit(np.log(s[picked]), np.log(v[picked]), 1)[0])
 
 
 def evaluate(claim: Claim, folder: Path, sweeps: list[str], quick: bool) -> list[Outcome]:
