@@ -500,6 +500,8 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
             found = task.method_problem(task_params, choice.cls)
             if found is not None:
                 problems.append(SpecError(source, f"task.params.{found[0]}", found[1]))
+    if not problems:
+        problems += _never_logged(source, task, task_params, metric, per_slot)
     if problems:
         raise SpecError.of(problems)
 
@@ -535,6 +537,23 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             "" if storage else "storage") if url else default_storage()
     return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
                  url, notes, evaluation_plan(spec.evaluation, seeds))
+
+
+def _never_logged(source: str, task: type[Task], task_params, metric: str,
+                  per_slot: list[list[MethodChoice]]) -> list[SpecError]:
+    """The studies whose runs would never log the objective ``metric`` (each trial pruned for
+    nothing, an empty report): one error naming them and why (``Task.objective_problem``)."""
+    why_studies: dict[str, list[str]] = {}
+    for combo in itertools.product(*per_slot):
+        chosen = {m.slot: (m.cls, m.cls.resolve(m.fixed)) for m in combo}
+        why = task.objective_problem(task_params, metric, chosen)
+        if why is not None:
+            label = "+".join(m.label for m in combo if not m.implicit) or task.name
+            why_studies.setdefault(why, []).append(label)
+    return [SpecError(source, "objective.metric", f"{metric} is never logged by the "
+                      f"stud{'y' if len(labels) == 1 else 'ies'} {', '.join(labels)}: {why}; "
+                      "choose another metric or methods that log it")
+            for why, labels in why_studies.items()]
 
 
 def seed_axis_problem(spec: SweepSpec, task: type[Task], task_params, combo) -> str | None:
