@@ -84,3 +84,20 @@ def files_under(path: Path) -> set[Path]:
 
 
 from tests.postgres import postgres  # noqa: E402,F401  (the session's PostgreSQL server)
+
+# entries a test session may leave at the repository's root (caches, all git-ignored)
+ROOT_CACHES = frozenset({"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_new_at_the_root():
+    """Fail the session when a test leaves a new entry at the repository's root (e.g. the
+    ./mlflow.db that an MLflow call without a tracking URI creates in the working folder):
+    tests write under their tmp_path only."""
+    before = set(os.listdir(ROOT))
+    yield
+    new = sorted(set(os.listdir(ROOT)) - before - ROOT_CACHES)
+    if new:
+        pytest.fail(f"the tests left new entries at the repository's root {ROOT}: "
+                    f"{', '.join(new)} (a test or the code it calls wrote into the working "
+                    "folder; write under tmp_path)", pytrace=False)

@@ -94,7 +94,8 @@ class ArtifactServer:
             [str(BIN / "mlflow"), "server", "--artifacts-only", "--serve-artifacts",
              "--artifacts-destination", str(self.folder / "store"), "--host", "127.0.0.1",
              "--port", str(self.port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.folder)  # no --backend-store-uri: MLflow 3 defaults to ./mlflow.db
         wait_until(self._healthy, "the MLflow artifact server to answer", 120, interval=0.5)
 
     def _healthy(self) -> bool:

@@ -90,3 +90,27 @@ def test_language_model_sweep_and_report(tmp_path, monkeypatch):
     table = (tmp_path / "report" / "table_agent-lm-keydoor.md").read_text()
     assert all(f"| {m}+adam" in table for m in names), table
     assert (tmp_path / "report" / "curves_train-malformed_fraction_step.png").exists()
+
+
+def test_budget_shorter_than_eval_every_still_evaluates(tmp_path):
+    """A run stopped by its samples budget before the first ``eval_every`` update is evaluated at
+    its last update: the eval/success objective is finite, the trial not pruned as diverged."""
+    spec = {
+        "name": "short", "seeds": 1, "trials": 1, "pruner": "none",
+        "task": {"name": "keydoor", "params": {
+            "size": 6, "max_steps": 8, "instances_per_update": 2, "group_size": 2,
+            "train_instances": 4, "eval_instances": 2, "hidden": 8, "eval_every": 10}},
+        "methods": {"step_size": ["adam"], "advantage": ["grpo"]},
+        "sampler": {"name": "random", "seed": 0},
+        "objective": {"metric": "eval/success", "direction": "maximize", "at": "final"},
+        "budget": {"steps": 3, "samples": 10},
+    }
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    store = f"sqlite:///{tmp_path / 'short.db'}"
+    out = run_cli("sweep", path, "--storage", store, "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(line.split() for line in out.stdout.splitlines()
+               if line.startswith("grpo+adam"))
+    assert row[1:3] == ["1/1", "0"], out.stdout  # done, none pruned
+    assert 0.0 <= float(row[5]) <= 1.0, out.stdout  # the best trial's objective, finite

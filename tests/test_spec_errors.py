@@ -61,6 +61,19 @@ CASES = {
         "methods.step_size[0]", "needs f_star"),
     "unknown objective metric": (tiny_spec(objective={"metric": "eval/return"}),
                                  "objective.metric", "allowed: train/loss"),
+    "objective a method in the sweep never logs": (
+        tiny_spec(task={"name": "keydoor"}, methods={"advantage": ["grpo", "gae", "rloo"]},
+                  objective={"metric": "train/value_loss"}),
+        "objective.metric", "train/value_loss is never logged by the studies grpo, rloo: only "
+        "an advantage method that reads values"),
+    "objective the task's params never log": (
+        tiny_spec(objective={"metric": "train/steps_to_target"}),
+        "objective.metric", "never logged by the studies constant, polyak: it is logged only "
+        "with a target (task.params.target_metric)"),
+    "objective a pass@k the task's eval_k never logs": (
+        tiny_spec(task={"name": "rlvr-arith", "params": {"eval_k": 4}},
+                  methods={"advantage": ["grpo"]}, objective={"metric": "eval/pass@8"}),
+        "objective.metric", "logged as eval/pass@4 (task.params.eval_k)"),
     "duplicate seeds": (tiny_spec(seeds=[1, 1]), "seeds", "distinct"),
     "varied unknown task param": (
         tiny_spec(task={"name": "logreg", "vary": {"batch_sise": [8, 64]}}),

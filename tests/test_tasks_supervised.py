@@ -266,11 +266,26 @@ def test_per_sample_statistics_match_a_loop_over_samples(model):
                                               rel=1e-4)
 
 
-def test_eval_every_thins_the_validation_metrics():
+def test_eval_every_thins_the_validation_metrics_and_keeps_the_last_step():
     _, history = run(MLP, MLPParams(width=16, eval_every=3), constant(0.1), steps=7)
     with_val = [step for step, m in history if "val/loss" in m]
-    assert with_val == [0, 3, 6]
+    assert with_val == [0, 3, 6, 7]  # the last step always: a final val/* objective exists
     assert all("train/loss" in m for _, m in history)
+
+
+def test_a_samples_budget_ending_between_evaluations_still_logs_the_last_step():
+    """Stopped by ``budget.samples`` (8 samples of 4 a step: at step 2) before the first
+    ``eval_every`` step, alone and on a seed axis: val/* at step 0 and at the last step."""
+    params = MLPParams(width=16, eval_every=50, batch_size=4)
+    budget = Budget(steps=100, samples=8)
+    alone: list[int] = []
+    MLP().run(params, {"step_size": constant(0.1)}, seed=0, device=CPU, budget=budget,
+              log=lambda step, m: alone.append(step) if "val/loss" in m else None)
+    together: list[int] = []
+    MLP().run_seeds(params, {"step_size": constant(0.1)}, seeds=[0, 1], device=CPU,
+                    budget=budget, log=lambda step, rows: together.append(step)
+                    if all(r is not None and "val/loss" in r for r in rows) else None)
+    assert alone == together == [0, 2]
 
 
 # --- every new task ------------------------------------------------------------------------

@@ -496,7 +496,8 @@ def _print_views(store, sweep, base: str) -> None:
         return
     table = results.runs(store, experiment)
     final = results.latest_metrics(store, experiment)
-    views = ui_views.views(sweep, ui_views.log_scale_metrics(sweep, table, final))
+    views = ui_views.views(sweep, ui_views.log_scale_metrics(sweep, table, final),
+                           ui_views.best_seed_runs(_reported_methods(store, sweep)))
     from mlflow import MlflowClient
 
     ui_views.save(MlflowClient(store.mlflow_url), experiment, views)
@@ -507,6 +508,18 @@ def _print_views(store, sweep, base: str) -> None:
     for title, trial_run in best.items():
         print(f"  seeds of {title}'s best trial: {ui_views.seeds_url(base, experiment, trial_run)}")
     print("  (README.md, \"The MLflow UI\", says what each view shows)", flush=True)
+
+
+def _reported_methods(store, sweep) -> list:
+    """Each current study as the report reads it (``report.data``: its best trial and that
+    trial's seed runs), none when the store has no finished runs of the sweep yet."""
+    from workbench.report.data import ReportError, SweepRef, read_sweep
+    from workbench.spec import SpecError
+
+    try:
+        return read_sweep(SweepRef(sweep.name, store.optuna_url)).methods
+    except (ReportError, SpecError):
+        return []
 
 
 def _stop_session(process: subprocess.Popen, grace: float = 10.0) -> None:

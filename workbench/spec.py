@@ -540,6 +540,13 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                 seen.add(found)
                 where = "task.vary" if found[0] in dict(varied) else "task.params"
                 problems.append(SpecError(source, f"{where}.{found[0]}", found[1]))
+    if not problems:
+        said = set()
+        for _, params in variants:
+            for found in _never_logged(source, task, params, metric, per_slot):
+                if str(found) not in said:
+                    said.add(str(found))
+                    problems.append(found)
     if problems:
         raise SpecError.of(problems)
 
@@ -649,6 +656,23 @@ def _axis(source: str, task: type[Task], spec: TaskSpec, key: str, values: list,
         seen[json.dumps(checked)] = i
         axis.append((key, value))
     return axis
+
+
+def _never_logged(source: str, task: type[Task], task_params, metric: str,
+                  per_slot: list[list[MethodChoice]]) -> list[SpecError]:
+    """The studies whose runs would never log the objective ``metric`` (each trial pruned for
+    nothing, an empty report): one error naming them and why (``Task.objective_problem``)."""
+    why_studies: dict[str, list[str]] = {}
+    for combo in itertools.product(*per_slot):
+        chosen = {m.slot: (m.cls, m.cls.resolve(m.fixed)) for m in combo}
+        why = task.objective_problem(task_params, metric, chosen)
+        if why is not None:
+            label = "+".join(m.label for m in combo if not m.implicit) or task.name
+            why_studies.setdefault(why, []).append(label)
+    return [SpecError(source, "objective.metric", f"{metric} is never logged by the "
+                      f"stud{'y' if len(labels) == 1 else 'ies'} {', '.join(labels)}: {why}; "
+                      "choose another metric or methods that log it")
+            for why, labels in why_studies.items()]
 
 
 def seed_axis_problem(spec: SweepSpec, task: type[Task], task_params, combo) -> str | None:

@@ -56,11 +56,14 @@ class View:
         return f"{base}/#/experiments/{experiment}/runs?{urllib.parse.urlencode(query)}"
 
 
-def views(sweep, log_scale: frozenset[str] = frozenset()) -> list[View]:
+def views(sweep, log_scale: frozenset[str] = frozenset(),
+          charted: list[str] | None = None) -> list[View]:
     """The sweep's views, the landing one first: trials with their seeds nested, trials best
     first, studies side by side, and the objective's metric charted per method (the mean of
-    the finished seed runs, MLflow's run grouping), on a log axis when it is in
-    ``log_scale``."""
+    the seed runs of each method's best trial, MLflow's run grouping over the ``charted`` run
+    ids: ``best_seed_runs``, the runs the report draws), on a log axis when it is in
+    ``log_scale``. Without ``charted`` (no finished trial yet) the chart lists the finished
+    seed runs."""
     metric, ascending = sweep.metric, sweep.direction == "minimize"
     hyperparameters = sorted({name for plan in sweep.studies for name in plan.search_space()})
     method, seed = column("tags", runs.METHOD), column("tags", runs.SEED_TAG)
@@ -76,9 +79,10 @@ def views(sweep, log_scale: frozenset[str] = frozenset()) -> list[View]:
                 "columnWidths": {RUN_NAME_COLUMN: 260}, "runsHiddenMode": "SHOW_ALL"}
 
     by_start = "attributes.start_time"  # the one order that nests children under parents
+    shown = (f"{seeds} AND attributes.status = 'FINISHED'" if not charted else
+             f"{seeds} AND attributes.run_id IN ({', '.join(repr(str(r)) for r in charted)})")
     chart = {
-        **table(f"{seeds} AND attributes.status = 'FINISHED'", trial_columns, objective,
-                ascending),
+        **table(shown, trial_columns, objective, ascending),
         "groupBy": {"aggregateFunction": "average",
                     "groupByKeys": [{"mode": "tag", "groupByData": runs.METHOD}]},
         "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
@@ -98,8 +102,8 @@ def views(sweep, log_scale: frozenset[str] = frozenset()) -> list[View]:
                    [method, objective, column("tags", runs.STUDY_STATE),
                     column("tags", runs.FIDELITY), column("tags", runs.STUDY_NAME)],
                    objective, ascending)),
-        View("workbench-chart", f"{metric} by method (mean of the finished seed runs)", chart,
-             charts=True),
+        View("workbench-chart", f"{metric} by method (mean of its best trial's seed runs, as "
+             "in the report)", chart, charts=True),
     ]
 
 
@@ -144,6 +148,12 @@ def best_trials(sweep, table, final) -> dict[str, str]:
                     else mine["objective"].idxmax())
             best[plan.label] = mine.loc[pick, "run_id"]
     return best
+
+
+def best_seed_runs(methods) -> list[str]:
+    """The run ids the report draws of each method (``report.data.MethodData``): its best
+    trial's seed runs (or held-out runs), the chart's runs."""
+    return [str(run) for m in methods for run in m.seeds["run_id"]]
 
 
 def log_scale_metrics(sweep, table, final) -> frozenset[str]:

@@ -92,6 +92,15 @@ class Task:
         message), or None; the sweep spec check reports it before anything runs."""
         return None
 
+    @classmethod
+    def objective_problem(cls, params: TaskParams, metric: str,
+                          methods: Mapping[str, tuple[type, dict[str, Any]]]) -> str | None:
+        """Why ``metric`` (one of ``metrics``) is never logged by a run of these (valid)
+        ``params`` with ``methods`` (slot -> (method class, its resolved hyperparameters)),
+        or None: a trial whose objective is never logged is pruned for nothing, so the sweep
+        spec check refuses it before anything runs."""
+        return None
+
     def run(
         self,
         params: TaskParams,

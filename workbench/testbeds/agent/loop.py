@@ -22,8 +22,9 @@ counts the steps played, a shared prefix once; the loss counts a shared step in 
 are trees of one leaf each.
 The policy is then updated on every played step with the PPO-clip loss
 (``testbeds.shared.losses``) and the entropy slot's coefficient and hook, ``epochs`` x
-``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates (and at
-the end) the greedy policy plays each held-out instance once: ``eval/success``.
+``minibatches`` optimizer steps of the step-size slot. Every ``eval_every`` updates and at the
+last one (whichever budget ends the run) the greedy policy plays each held-out instance once:
+``eval/success``.
 
 Stops at ``budget.steps`` updates, ``budget.samples`` environment steps or
 ``budget.wall_seconds``, or a non-finite loss (reported as diverged).
@@ -309,22 +310,25 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
             "cost/updates": float(update), "time/wall_seconds": seconds,
             "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
         }
-        if update % settings.eval_every == 0 or update == budget.steps:
+        last = update == budget.steps or budget.spent(env_steps, seconds)
+        if update % settings.eval_every == 0 or last:  # the last update always
             metrics["eval/success"] = float(play(evaluation, policy, None).success.float()
                                             .mean())
         log(update, metrics)
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
             break
-        if budget.spent(env_steps, seconds):
+        if last:
             break
         wanted = slots.batch.after_step(update, loss=stats["train/policy_loss"],
                                         grad_sq=stats["train/grad_norm"] ** 2,
                                         batch_size=m * g, samples=env_steps)
         if wanted is not None:
             m, g = _reshape(wanted, m, g, settings.batch_axis)
-    if "eval/success" not in metrics:
-        metrics["eval/success"] = float(play(evaluation, policy, None).success.float().mean())
+    if "eval/success" not in metrics:  # stopped between evaluations: measure where it ended
+        final = {"eval/success": float(play(evaluation, policy, None).success.float().mean())}
+        metrics |= final
+        log(update, final)
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
 

@@ -123,6 +123,10 @@ class AgentTask(Task):
                                   "instances")
         return None
 
+    @classmethod
+    def objective_problem(cls, params, metric, methods):
+        return value_loss_problem(metric, methods)
+
     def instance(self, params, split: int, index: int) -> Instance:
         """Instance ``index`` of ``split`` (0: train, 1: held out) under ``params``."""
         raise NotImplementedError
@@ -133,8 +137,7 @@ class AgentTask(Task):
             eval_layouts = [self.instance(params, 1, i) for i in range(params.eval_instances)]
             probe = self.environment(train_layouts[:1], params.max_steps)
             advantage = methods["advantage"]
-            critic = bool({"values", "next_values"}
-                          & set(advantage.requirements(advantage.params)))
+            critic = bool(CRITIC_INPUTS & set(advantage.requirements(advantage.params)))
             with torch.random.fork_rng(devices=[]):  # default init draws from the global RNG
                 torch.manual_seed(seeds.int_seed(seed, "init"))
                 policy = Policy(probe.obs_dim, probe.n_actions, params.hidden, params.layers,
@@ -171,3 +174,16 @@ class ToolCalcTask(AgentTask):
         return toolcalc.generate(params.instance_seed, split, index, params.max_value,
                                  params.tools, params.max_operand, params.min_optimal,
                                  params.max_optimal)
+
+
+CRITIC_INPUTS = frozenset({"values", "next_values"})  # the inputs that give the policy a value head
+
+
+def value_loss_problem(metric: str, methods) -> str | None:
+    """Why ``train/value_loss`` is never logged with these ``methods``: only an advantage
+    method that reads ``values``/``next_values`` gives the policy a value head."""
+    cls, hyperparameters = methods["advantage"]
+    if metric == "train/value_loss" and not CRITIC_INPUTS & cls.requirements(hyperparameters):
+        return ("only an advantage method that reads values or next_values (the policy's value "
+                "head, e.g. gae) logs it")
+    return None

@@ -22,7 +22,14 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 
 from workbench import seeds
-from workbench.testbeds.agent.task import AgentTask, KeyDoorTask, ToolCalcParams, ToolCalcTask
+from workbench.testbeds.agent.task import (
+    CRITIC_INPUTS,
+    AgentTask,
+    KeyDoorTask,
+    ToolCalcParams,
+    ToolCalcTask,
+    value_loss_problem,
+)
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
@@ -136,6 +143,10 @@ class AgentLMTask(Task):
     default_objective = "eval/success"
 
     @classmethod
+    def objective_problem(cls, params, metric, methods):
+        return value_loss_problem(metric, methods)
+
+    @classmethod
     def method_problem(cls, params, method):
         """Under tree sampling a method may not read values (no value of a shared turn's
         state per row); under ``auto`` a segment tree must give the group."""
@@ -190,7 +201,7 @@ class AgentLMTask(Task):
             model, tokenizer = load_policy(path, device=device)
             advantage = methods["advantage"]
             value_head = None
-            if {"values", "next_values"} & set(advantage.requirements(advantage.params)):
+            if CRITIC_INPUTS & set(advantage.requirements(advantage.params)):
                 value_head = torch.nn.Linear(model.config.hidden_size, 1).to(device)
                 torch.nn.init.zeros_(value_head.weight)
                 torch.nn.init.zeros_(value_head.bias)

@@ -30,8 +30,8 @@ Each update draws M training instances (``seeds.stream(seed, "prompts", update)`
 network loop does) and plays each G times; turn k of update u samples from the stream
 ``("rollouts", u, k)``. Held-out ``eval/success`` is the greedy policy's success on each held-out
 instance, measured before the first update (step 0: the starting checkpoint), every
-``eval_every`` updates and at the end; ``eval/success_sampled`` the same with one sampled
-episode per instance.
+``eval_every`` updates and at the last one (whichever budget ends the run);
+``eval/success_sampled`` the same with one sampled episode per instance.
 """
 
 from __future__ import annotations
@@ -362,13 +362,14 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
             "time/wall_seconds": seconds,
             "time/env_steps_per_second": env_steps / seconds if seconds > 0 else math.nan,
         }
-        if update % settings.eval_every == 0 or update == budget.steps:
+        last = update == budget.steps or budget.spent(env_steps, seconds)
+        if update % settings.eval_every == 0 or last:  # the last update always
             metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
         log(update, metrics)
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
             break
-        if budget.spent(env_steps, seconds):
+        if last:
             break
         wanted = slots.batch.after_step(update, loss=stats["train/policy_loss"],
                                         grad_sq=stats["train/grad_norm"] ** 2,
@@ -376,8 +377,9 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         if wanted is not None:
             m = max(1, wanted // g)
     if "eval/success" not in metrics:  # stopped between evaluations: measure where it ended
-        metrics |= evaluate(evaluation, model, tokenizer, backend, settings, seed)
-        log(update, metrics)
+        final = evaluate(evaluation, model, tokenizer, backend, settings, seed)
+        metrics |= final
+        log(update, final)
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
 

@@ -216,6 +216,12 @@ class LogReg(Task):
     bounds = {"train/loss": (0.0, None)}  # logistic loss plus an L2 penalty
     default_objective = "train/loss"
 
+    @classmethod
+    def objective_problem(cls, params, metric, methods):
+        if metric == "train/steps_to_target" and params.target_metric is None:
+            return "it is logged only with a target (task.params.target_metric)"
+        return None
+
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
             problem = build_problem(params, seed, device, budget.steps)

@@ -44,7 +44,8 @@ class Pure:
     data: tuple[torch.Tensor, ...]
     loss: Callable[..., torch.Tensor]
     metrics: Callable[..., dict[str, torch.Tensor]]
-    # metrics logged every ``every`` steps only (step 0 included), e.g. validation
+    # metrics logged every ``every`` steps only (step 0 and the last step included), e.g.
+    # validation
     occasional: Callable[..., dict[str, torch.Tensor]] | None = None
     every: int = 1
     # formulas of one seed's tensors only (a module's forward): mapped with torch.func.vmap
@@ -55,10 +56,12 @@ class Pure:
     # current variables and the step's rows, without gradient (``bound_inputs``)
     inputs: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
-    def evaluate(self, variables: list[torch.Tensor], step: int) -> dict[str, torch.Tensor]:
-        """The metrics logged at ``step`` (the occasional ones every ``every`` steps)."""
+    def evaluate(self, variables: list[torch.Tensor], step: int,
+                 last: bool = False) -> dict[str, torch.Tensor]:
+        """The metrics logged at ``step`` (the occasional ones every ``every`` steps and at the
+        ``last`` step)."""
         metrics = dict(self.metrics(variables, self.data))
-        if self.occasional is not None and step % self.every == 0:
+        if self.occasional is not None and (step % self.every == 0 or last):
             metrics.update(self.occasional(variables, self.data))
         return metrics
 
@@ -120,7 +123,8 @@ class Problem:
     variables: list[torch.Tensor]
     n_samples: int
     batch_loss: Callable[[torch.Tensor | None], torch.Tensor]  # indices (None: all) -> mean loss
-    evaluate: Callable[[], dict[str, float]]  # full-data metrics, at no counted cost
+    # full-data metrics, at no counted cost; evaluate(last=True) at the run's last step
+    evaluate: Callable[..., dict[str, float]]
     info: dict[str, Any] = field(default_factory=dict)
     sample_loss: Callable[..., torch.Tensor] | None = None
     data: tuple[torch.Tensor, ...] = ()
@@ -171,9 +175,9 @@ def pure_problem(variables: list[torch.Tensor], n_samples: int, pure: Pure,
     evaluations = 0
 
     @torch.no_grad()
-    def evaluate():
+    def evaluate(last: bool = False):
         nonlocal evaluations
-        metrics = one.evaluate(lifted(), evaluations)
+        metrics = one.evaluate(lifted(), evaluations, last)
         evaluations += 1
         return {key: float(value.reshape(-1)[0]) for key, value in metrics.items()}
 
@@ -328,9 +332,9 @@ def train(
         loss.backward()
         return loss.detach()
 
-    def record(step: int, extra: Mapping[str, float]) -> dict[str, float]:
+    def record(step: int, extra: Mapping[str, float], last: bool = False) -> dict[str, float]:
         nonlocal reached_at
-        metrics = step_metrics(problem.evaluate(), extra, step_size=step_size, samples=samples,
+        metrics = step_metrics(problem.evaluate(last), extra, step_size=step_size, samples=samples,
                                grad_evals=counters.grad_evals,
                                loss_evals=counters.loss_evals, seconds=seconds)
         if target is not None:
@@ -355,10 +359,11 @@ def train(
         step_size = step_size_taken(optimizer)
         extra = {"train/batch_loss": batch_loss, "train/grad_norm": math.sqrt(grad_sq),
                  "batch/size": float(used), **slot.diagnostics()}
-        metrics = record(step, extra)
+        last = step == budget.steps or budget.spent(samples, seconds)
+        metrics = record(step, extra, last)  # the last step's with every occasional metric
         if not math.isfinite(metrics["train/loss"]):
             diverged = True
             break
-        if budget.spent(samples, seconds):
+        if last:
             break
     return {**metrics, "steps": step, "diverged": diverged}

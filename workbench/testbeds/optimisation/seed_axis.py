@@ -87,9 +87,10 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     samples, seconds = 0, 0.0
     finals: list[dict[str, Any] | None] = [None] * n_seeds
 
-    def record(step: int, extra: list[dict[str, float]]) -> list[dict[str, float] | None]:
+    def record(step: int, extra: list[dict[str, float]],
+               last: bool = False) -> list[dict[str, float] | None]:
         with torch.no_grad():
-            evaluated = pure.evaluate(variables, step)
+            evaluated = pure.evaluate(variables, step, last)
         names = list(evaluated)
         table = torch.stack([evaluated[k].double() for k in names], dim=1).tolist()
         counts = torch.stack([grad_evals, loss_evals], dim=1).tolist()
@@ -128,8 +129,8 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
         rows = torch.stack([batch_losses, grad_sq.sqrt()], dim=1).tolist()
         extra = [{"train/batch_loss": loss, "train/grad_norm": norm, "batch/size": float(used),
                   **diagnostics} for loss, norm in rows]
-        shown = record(step, extra)
         spent = budget.spent(samples, seconds / n_seeds)
+        shown = record(step, extra, last=spent or step == budget.steps)
         for s, metrics in enumerate(shown):
             if metrics is None:
                 continue

@@ -33,8 +33,8 @@ Per step k:
 autocast, the weights, gradients and optimizer state staying fp32; the hf backend samples under
 the same autocast and the vllm backend in bfloat16 (``fp32``: float32 on both sides).
 
-Held-out evaluation (greedy pass@1 and sampled pass@k) runs at step 0 and every
-``eval_every`` steps.
+Held-out evaluation (greedy pass@1 and sampled pass@k) runs at step 0, every ``eval_every``
+steps and at the last step (whichever budget ends the run).
 """
 
 from __future__ import annotations
@@ -398,22 +398,24 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "cost/samples": float(samples), "cost/tokens": float(tokens),
             "time/wall_seconds": seconds,
         }
-        if step % settings.eval_every == 0 or step == budget.steps:
+        last = step == budget.steps or budget.spent(samples, seconds)
+        if step % settings.eval_every == 0 or last:  # the last step always
             metrics.update(evaluate(backend, held_out, settings, seed))
         log(step, metrics)
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
             break
-        if budget.spent(samples, seconds):
+        if last:
             break
         wanted = batch_slot.after_step(
             step, loss=stats["train/policy_loss"], grad_sq=stats["train/grad_norm"] ** 2,
             batch_size=len(batch.scores), samples=samples)
         if wanted is not None:
             prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
-    if "eval/accuracy" not in metrics:
-        metrics.update(evaluate(backend, held_out, settings, seed))
-        log(step, metrics)
+    if "eval/accuracy" not in metrics:  # stopped between evaluations: measure where it ended
+        final = evaluate(backend, held_out, settings, seed)
+        metrics.update(final)
+        log(step, final)
     return {**metrics, "steps": step, "diverged": diverged}
 
 

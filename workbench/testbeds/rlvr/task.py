@@ -147,6 +147,14 @@ class RLVRArith(Task):
                                         "not combine with dynamic_sampling: true")
         return None
 
+    @classmethod
+    def objective_problem(cls, params, metric, methods):
+        """``eval/pass@8`` is logged as ``eval/pass@{eval_k}``: only when eval_k is 8."""
+        if metric == "eval/pass@8" and params.eval_k != 8:
+            return (f"the held-out pass@k is logged as eval/pass@{params.eval_k} "
+                    "(task.params.eval_k)")
+        return None
+
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
             return self._run(params, methods, seed=seed, device=device, budget=budget, log=log)
