@@ -178,3 +178,19 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+@pytest.mark.parametrize("word, meant", [("env_steps", "samples"), ("timesteps", "samples"),
+                                         ("updates", "steps"), ("seconds", "wall_seconds")])
+def test_a_budget_synonym_suggests_the_key_of_that_meaning(word, meant, write_spec, tmp_path,
+                                                           monkeypatch, capsys):
+    """``env_steps`` on cartpole is environment steps, i.e. ``samples``; ``steps`` (the
+    look-alike) counts updates there, so suggesting it would change the budget's meaning."""
+    spec_file = write_spec(tiny_spec(task={"name": "cartpole"}, methods={"advantage": ["gae"]},
+                                     budget={word: 1000}))
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    assert cli.main(["sweep", str(spec_file), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"spec.yaml: budget.{word}: unknown key; did you mean {meant!r}?" in err, err
+    assert files_under(tmp_path) == before
