@@ -211,3 +211,20 @@ def test_an_unreachable_ray_address_is_a_clear_message(write_spec, tmp_path):
                          300)
     assert proc.returncode == 2, err
     assert "cannot join the Ray cluster at 127.0.0.1:" in err and "Traceback" not in err
+
+
+def test_ray_without_an_address_runs_a_local_cluster_on_loopback(write_spec, tmp_path):
+    """``--ray`` alone starts a cluster of this machine bound to 127.0.0.1 (the detected node
+    address may not be reachable) and the sweep's trials land in the store."""
+    store = tmp_path / "store.db"
+    path = write_spec(tiny_spec(storage=f"sqlite:///{store}", trials=2, seeds=[0],
+                                budget={"steps": 5}))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = sweep_process(path, tmp_path, env, "--ray", "--workers", 1)
+    _, err = communicate(proc, "a 2-trial sweep on a local Ray cluster", 300)
+    assert proc.returncode == 0, err
+    studies = optuna.get_all_study_summaries(f"sqlite:///{store}")
+    assert studies and all(s.n_trials == 2 for s in studies), studies
+    for summary in studies:
+        study = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{store}")
+        assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2

@@ -160,6 +160,7 @@ def test_unreadable_yaml_exits_2(text, fragment, tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("args, fragment", [
     (["sweep", "missing.yaml"], "missing.yaml: no such file"),
     (["sweep", "spec.yaml", "--workers", "0"], "--workers must be at least 1"),
+    (["sweep", "spec.yaml", "--workers", "100000"], "machine can run; allowed: 1 to"),
     (["sweep", "spec.yaml", "--workers", "two"], "invalid int value"),
     (["sweep", "spec.yaml", "--storage", "sqlite:///:memory:"], "in-memory"),
     (["sweep", "spec.yaml", "--device", "tpu"], "unknown device 'tpu'"),
@@ -210,3 +211,19 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+@pytest.mark.parametrize("word, meant", [("env_steps", "samples"), ("timesteps", "samples"),
+                                         ("updates", "steps"), ("seconds", "wall_seconds")])
+def test_a_budget_synonym_suggests_the_key_of_that_meaning(word, meant, write_spec, tmp_path,
+                                                           monkeypatch, capsys):
+    """``env_steps`` on cartpole is environment steps, i.e. ``samples``; ``steps`` (the
+    look-alike) counts updates there, so suggesting it would change the budget's meaning."""
+    spec_file = write_spec(tiny_spec(task={"name": "cartpole"}, methods={"advantage": ["gae"]},
+                                     budget={word: 1000}))
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    assert cli.main(["sweep", str(spec_file), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"spec.yaml: budget.{word}: unknown key; did you mean {meant!r}?" in err, err
+    assert files_under(tmp_path) == before

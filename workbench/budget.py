@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -28,6 +29,14 @@ class Budget(Strict):
     steps: int = Field(100, ge=1, le=MAX_STEPS)
     samples: int | None = Field(None, ge=1)
     wall_seconds: float | None = Field(None, gt=0)
+
+    key_synonyms: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("env_steps", "environment_steps", "timesteps", "total_timesteps",
+                         "frames", "transitions", "examples"), "samples"),
+        **dict.fromkeys(("updates", "iterations", "iters", "gradient_steps"), "steps"),
+        **dict.fromkeys(("time", "seconds", "wall_time", "walltime", "time_limit"),
+                        "wall_seconds"),
+    }
 
     def spent(self, samples: int, seconds: float) -> bool:
         """Whether ``samples`` or ``seconds`` used so far reach their limit (steps are the

@@ -7,7 +7,7 @@ import re
 import reprlib
 import types
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -63,11 +63,15 @@ def _cut(message: str) -> str:
     return message
 
 
-def did_you_mean(name: Any, allowed) -> str:
-    """``did you mean 'steps'? `` when ``name`` is close to one of ``allowed`` (difflib's
-    ratio of at least 0.7), else ""."""
+def did_you_mean(name: Any, allowed, synonyms: dict | None = None) -> str:
+    """``did you mean 'steps'? `` when ``name`` is a known synonym of one of ``allowed``
+    (``synonyms``: word -> key, checked first, so a look-alike key of another meaning is not
+    offered) or close to one (difflib's ratio of at least 0.7), else ""."""
     import difflib
 
+    meant = (synonyms or {}).get(str(name).lower())
+    if meant is not None and meant in [str(a) for a in allowed]:
+        return f"did you mean {meant!r}? "
     close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1, cutoff=0.7)
     return f"did you mean {close[0]!r}? " if close else ""
 
@@ -77,6 +81,9 @@ class Strict(BaseModel):
     neither a boolean for a number (pydantic reads true as 1) nor an infinite or NaN float."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Words people write for a key (lower case -> the key): the unknown-key message suggests
+    # the key they mean, not the look-alike key (``env_steps`` is ``samples``, not ``steps``).
+    key_synonyms: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -87,7 +94,8 @@ class Strict(BaseModel):
             if unknown:  # every one at once; the message names the first
                 raise PydanticCustomError(
                     "unknown_key", "unknown key {key}; allowed: {allowed}",
-                    {"key": unknown[0], "keys": unknown, "allowed": ", ".join(sorted(allowed))},
+                    {"key": unknown[0], "keys": unknown, "allowed": ", ".join(sorted(allowed)),
+                     "synonyms": cls.key_synonyms},
                 )
             for key, value in data.items():
                 _refuse_boolean_number(str(key), cls.model_fields[key], value)
@@ -247,9 +255,10 @@ def _describe(path: str, error: dict) -> list[tuple[str, str]]:
     """One pydantic error as (key path, message) pairs (an unknown_key error: one per key)."""
     kind, message = error["type"], error["msg"]
     if kind == "unknown_key":
-        allowed = error["ctx"]["allowed"].split(", ")
+        allowed, synonyms = error["ctx"]["allowed"].split(", "), error["ctx"].get("synonyms")
         return [(f"{path}.{key}" if path else key,
-                 f"unknown key; {did_you_mean(key, allowed)}allowed: {error['ctx']['allowed']}")
+                 f"unknown key; {did_you_mean(key, allowed, synonyms)}"
+                 f"allowed: {error['ctx']['allowed']}")
                 for key in error["ctx"].get("keys", [error["ctx"]["key"]])]
     if kind == "boolean_number":
         path = f"{path}.{error['ctx']['key']}" if path else error["ctx"]["key"]

@@ -79,8 +79,8 @@ def connect(address: str) -> bool:
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True,
               "configure_logging": True}
     try:
-        if address == LOCAL:
-            ray.init(**kwargs)
+        if address == LOCAL:  # on loopback: the detected node address may not be reachable
+            ray.init(address=LOCAL, _node_ip_address="127.0.0.1", **kwargs)
             return True
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as err:
