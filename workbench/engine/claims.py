@@ -309,10 +309,16 @@ class Claims:
         failed = sum(t.state == TrialState.FAIL for t in trials)
         if self._failed_seen.get(study._study_id) != failed:
             by_number = {t.number: t for t in trials}
+            attrs = None
             for run in self._running_runs(study):
                 trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
-                if trial is not None and trial.state.is_finished():
-                    self._end_like(run.info.run_id, trial)
+                if trial is None or not trial.state.is_finished():
+                    continue
+                attrs = study.user_attrs if attrs is None else attrs
+                entry = attrs.get(trial_seeds.extension_key(trial.number)) or {}
+                if entry.get("state") == "running":
+                    continue  # a new seed run of an extension: ``claim_seeds`` repairs it
+                self._end_like(run.info.run_id, trial)
             self._failed_seen[study._study_id] = failed
         died = [t for t in trials if worker_died(t)]
         if not died:
