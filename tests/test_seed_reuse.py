@@ -23,11 +23,13 @@ def edit_spec(path, **edit) -> None:
     path.write_text(yaml.safe_dump({**document, **edit}, sort_keys=False))
 
 
-def sweep_with(path, tmp_path, **edit) -> spec.Sweep:
-    """Write the spec with ``edit``, run `workbench sweep` on it; the loaded sweep."""
+def sweep_with(path, tmp_path, said: str = "", **edit) -> spec.Sweep:
+    """Write the spec with ``edit``, run `workbench sweep` on it (its stderr says ``said``);
+    the loaded sweep."""
     edit_spec(path, **edit)
     result = run_cli("sweep", path, "--device", "cpu", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert said in result.stderr
     return spec.load(path).on_device("cpu")
 
 
@@ -101,7 +103,8 @@ def test_more_seeds_run_only_the_missing_ones_and_fewer_run_none(write_spec, tmp
     shown = status_of(path, tmp_path)
     assert "seeds to add" in shown and "2 complete trials have their objective over" in shown
 
-    five = sweep_with(path, tmp_path)
+    five = sweep_with(path, tmp_path, "note: constant: 2 trials lack seeds among [3, 4]; "
+                                      "running only those")
     assert five.studies[0].name == three.studies[0].name  # the same study, still current
     after = seed_runs(five)
     assert after.keys() == before.keys()  # no new trial
@@ -115,7 +118,8 @@ def test_more_seeds_run_only_the_missing_ones_and_fewer_run_none(write_spec, tmp
     assert "seeds to add" not in shown and "2/2" in shown
     check_report(five, [0, 1, 2, 3, 4])
 
-    back = sweep_with(path, tmp_path, seeds=3)  # fewer seeds: the first three reused
+    back = sweep_with(path, tmp_path, "2 trials recomputed over seeds [0, 1, 2] from the seed "
+                      "runs they have (no run)", seeds=3)  # fewer seeds: the first three reused
     assert seed_runs(back) == after  # no run added
     check_values_over(back, [0, 1, 2])
     assert "up to date" in status_of(path, tmp_path)
