@@ -38,12 +38,19 @@ def seed_runs(sweep: spec.Sweep) -> dict[str, list[int]]:
     client = Store.from_url(sweep.storage).mlflow_client()
     experiment = client.get_experiment_by_name(sweep.name).experiment_id
     found: dict[str, list[int]] = {}
-    for run in client.search_runs([experiment], f"tags.`{runs.KIND}` = '{runs.SEED}'",
-                                  max_results=10_000):
-        assert run.info.status == "FINISHED"
+    for run in client.search_runs([experiment], f"tags.`{runs.KIND}` = '{runs.SEED}' and "
+                                  "attributes.status = 'FINISHED'", max_results=10_000):
         found.setdefault(run.data.tags["mlflow.parentRunId"], []).append(
             int(run.data.tags[runs.SEED_TAG]))
     return {trial: sorted(seeds) for trial, seeds in found.items()}
+
+
+def seed_run_count(sweep: spec.Sweep) -> int:
+    """Every seed run of the sweep, whatever its status (each one a training execution)."""
+    client = Store.from_url(sweep.storage).mlflow_client()
+    experiment = client.get_experiment_by_name(sweep.name).experiment_id
+    return len(client.search_runs([experiment], f"tags.`{runs.KIND}` = '{runs.SEED}'",
+                                  max_results=10_000))
 
 
 def seed_objectives(sweep: spec.Sweep) -> dict[tuple[str, int], float]:
@@ -51,8 +58,8 @@ def seed_objectives(sweep: spec.Sweep) -> dict[tuple[str, int], float]:
     experiment = client.get_experiment_by_name(sweep.name).experiment_id
     return {(r.data.tags["mlflow.parentRunId"], int(r.data.tags[runs.SEED_TAG])):
             r.data.metrics["objective"]
-            for r in client.search_runs([experiment], f"tags.`{runs.KIND}` = '{runs.SEED}'",
-                                        max_results=10_000)}
+            for r in client.search_runs([experiment], f"tags.`{runs.KIND}` = '{runs.SEED}' and "
+                                        "attributes.status = 'FINISHED'", max_results=10_000)}
 
 
 def check_values_over(sweep: spec.Sweep, seeds: list[int]) -> list:
@@ -111,6 +118,7 @@ def test_more_seeds_run_only_the_missing_ones_and_fewer_run_none(write_spec, tmp
     assert all(seeds == [0, 1, 2, 3, 4] for seeds in after.values())
     added = sum(map(len, after.values())) - sum(map(len, before.values()))
     assert added == 2 * len(before)  # two training runs per trial, nothing rerun
+    assert seed_run_count(five) == sum(map(len, after.values()))  # none failed
     trials = check_values_over(five, [0, 1, 2, 3, 4])
     assert [t.params for t in trials] == [t.params for t in first]
     shown = status_of(path, tmp_path)
@@ -120,7 +128,7 @@ def test_more_seeds_run_only_the_missing_ones_and_fewer_run_none(write_spec, tmp
 
     back = sweep_with(path, tmp_path, "2 trials recomputed over seeds [0, 1, 2] from the seed "
                       "runs they have (no run)", seeds=3)  # fewer seeds: the first three reused
-    assert seed_runs(back) == after  # no run added
+    assert seed_runs(back) == after and seed_run_count(back) == 10  # no run added
     check_values_over(back, [0, 1, 2])
     assert "up to date" in status_of(path, tmp_path)
     check_report(back, [0, 1, 2])
@@ -168,3 +176,42 @@ def test_a_trial_over_other_seeds_is_left_out_of_the_ranking():
     assert trial_seeds.missing(trial_seeds.of(told.user_attrs, study, 0), [2, 0, 5]) == [2, 5]
     failed = {**study, trial_seeds.extension_key(0): {"state": "failed", "seeds": [0, 1, 2]}}
     assert trial_seeds.pending(trials, failed, [0, 1, 2]) == [extended]
+
+
+def test_an_extension_whose_worker_died_is_taken_again_and_its_run_failed(write_spec, tmp_path):
+    """A kill during an extension leaves its claim ``running`` under a dead process and a seed
+    run RUNNING: the next sweep fails that run and runs the trial's missing seeds again."""
+    import subprocess
+    import sys
+
+    from workbench.processes import this_host
+
+    path = write_spec(tiny_spec(trials=1, seeds=2, methods={"step_size": ["constant"]},
+                                storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    two = sweep_with(path, tmp_path)
+    (plan,) = two.studies
+    study = optuna.load_study(study_name=plan.name, storage=two.storage)
+    (trial,) = study.get_trials()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    study.set_user_attr(trial_seeds.extension_key(trial.number), {
+        "state": "running", "owner": {"host": this_host(), "pid": int(dead)}, "beat": 0.0,
+        "seeds": [0, 1, 2]})
+    client = Store.from_url(two.storage).mlflow_client()
+    left = runs.start_run(client, study.user_attrs["mlflow_experiment_id"], "killed s2",
+                          tags={runs.KIND: runs.SEED, runs.SEED_TAG: 2,
+                                "optuna.trial_id": trial._trial_id,
+                                "optuna.trial_number": trial.number},
+                          parent=trial.user_attrs["mlflow_run_id"])
+
+    three = sweep_with(path, tmp_path, seeds=3)
+    assert client.get_run(left).info.status == "FAILED"
+    experiment = client.get_experiment_by_name(three.name).experiment_id
+    finished = [r for r in client.search_runs([experiment], f"tags.`{runs.KIND}` = "
+                                              f"'{runs.SEED}'", max_results=100)
+                if r.info.status == "FINISHED"]
+    assert sorted(int(r.data.tags[runs.SEED_TAG]) for r in finished) == [0, 1, 2]
+    check_values_over(three, [0, 1, 2])
+    entry = optuna.load_study(study_name=plan.name, storage=two.storage).user_attrs[
+        trial_seeds.extension_key(trial.number)]
+    assert entry["state"] == "done" and entry["owner"]["pid"] != int(dead)
