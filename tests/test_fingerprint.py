@@ -80,7 +80,6 @@ CHANGES = {  # what a user edits -> the fingerprint entry it changes
     "budget": ({"budget": {"steps": 10}}, "budget.steps 20 → 10"),
     "task parameter": ({"task": {"name": "logreg", "params": {"n_samples": 32, "dim": 5}}},
                        "task.params.n_samples 64 → 32"),
-    "seeds": ({"seeds": 3}, "seeds [0, 1] → [0, 1, 2]"),
     "objective": ({"objective": {"at": "best"}}, 'objective.at final → best'),
     "sampler": ({"sampler": {"name": "random", "seed": 1}}, "sampler.seed 0 → 1"),
     "pruner": ({"pruner": {"name": "median"}}, "pruner.name none → median"),
@@ -120,7 +119,8 @@ def test_what_only_counts_or_shows_results_leaves_the_fingerprint_alone(write_sp
     before = fingerprints(load(write_spec, document))
     for edit in ({"trials": 7}, {"max_failed_trials": 9}, {"retry_crashed": False},
                  {"description": "another text"}, {"report": {"aggregate": "mean"}},
-                 {"evaluation": {"seeds": 4}}, {"name": "renamed"}):
+                 {"evaluation": {"seeds": 4}}, {"name": "renamed"},
+                 {"seeds": 3}, {"seeds": [5, 1]}):  # seeds: tests/test_seed_reuse.py
         assert fingerprints(load(write_spec, {**document, **edit})) == before, edit
     labelled = {"step_size": [{"name": "constant", "label": "C"}, "my_rule_fp"]}
     assert set(fingerprints(load(write_spec, {**document, "methods": labelled})).values()) \
@@ -240,7 +240,6 @@ EDITS = {  # change -> (edit, what the note says); method source: an edit to my_
                        "task.params.n_samples 64 → 32"),
     "search range": ({"methods": {"step_size": [{"name": "my_rule_fp", "search_space": {
         "lr": {"low": 0.01, "high": 1.0, "log": True}}}]}}, "methods.step_size.space.lr"),
-    "seeds": ({"seeds": 3}, "seeds [0, 1] → [0, 1, 2]"),
     "method source": ({}, "code: fp_plugin.my_rule"),
 }
 

@@ -1,13 +1,15 @@
 """A study's fingerprint: a hash of everything that determines its results.
 
 The engine keys every study by ``digest(document)``, where the document (built by
-``workbench.spec.Sweep.fingerprint``) holds the task and its parameters, the budget, the seeds,
-the objective, each method's fixed values and search space, the sampler and pruner settings,
-the device kind, the versions of the numerical libraries, and the *code*: a content hash of
-every module of the project's own packages that the run imports, found statically from the
-task's and the methods' modules and the engine's trial runner (``code_hashes``). An
-uncommitted edit to one of those files changes the fingerprint; an edit to README, a test or a
-module the run never imports does not.
+``workbench.spec.Sweep.fingerprint``) holds the task and its parameters, the budget, the
+objective, each method's fixed values and search space, the sampler and pruner settings, the
+seeds' execution mode, the device kind, the versions of the numerical libraries, and the
+*code*: a content hash of every module of the project's own packages that the run imports,
+found statically from the task's and the methods' modules and the engine's trial runner
+(``code_hashes``). An uncommitted edit to one of those files changes the fingerprint; an edit
+to README, a test or a module the run never imports does not. The seed list is not in it: a
+(trial, seed) run is determined by the rest and its seed, so a sweep given more seeds keeps its
+study and runs only the seeds each trial lacks (``workbench.engine.trial_seeds``).
 
 Imports are read from the source text (``imports``), not from ``sys.modules``: a process imports far
 more than one run needs (the registry imports every method), and the answer must not depend on
@@ -35,7 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-VERSION = 1  # of the document's layout; a new layout is a new fingerprint
+VERSION = 2  # of the document's layout; a new layout is a new fingerprint (2: no seeds)
 SHORT = 12  # hex digits of the digest in study names and tables
 
 # the numerical libraries whose version can change a number: always these three (optuna's

@@ -39,6 +39,14 @@ def study_ids(url: str) -> dict[str, int]:
         return dict(conn.execute(sa.text("SELECT study_name, study_id FROM studies")).all())
 
 
+def study_user_attrs(url: str, study_id: int) -> dict:
+    """The study's user attributes (values parsed from JSON)."""
+    with _engine(url).connect() as conn:
+        rows = conn.execute(sa.text("SELECT key, value_json FROM study_user_attributes WHERE "
+                                    "study_id = :s"), {"s": study_id}).all()
+    return {key: json.loads(value) for key, value in rows}
+
+
 def trials(url: str, study_id: int) -> list[TrialRow]:
     """The study's trials, by number, with their first objective's value, parameters (in
     their external form) and user attributes."""

@@ -44,6 +44,7 @@ PRUNE_REASON = "workbench.prune_reason"
 PRUNE_DETAIL = "workbench.prune_detail"
 UNUSED_KNOBS = "workbench.unused_knobs"
 EVALUATES = "workbench.evaluates_trial"
+OBJECTIVE_SEEDS = "workbench.objective_seeds"  # on a trial run: the seeds its objective is over
 DIVERGED = "workbench.diverged"  # on an evaluation run that diverged: where and how
 # on a sweep's experiment: how many held-out seeds it used and why (JSON, EvaluationOutcome)
 EVALUATION_OUTCOME = "workbench.evaluation"

@@ -558,7 +558,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
                             varied)
         shown = f"{name}.{label}"  # Sweep.title
         vectorised = _seed_mode(spec, task, params, combo, shown, source, notes)
-        document = fingerprint_document(spec, task, params, seeds, metric, direction,
+        document = fingerprint_document(spec, task, params, metric, direction,
                                         combo, kind, vectorised)
         digest = fingerprint.digest(document)
         if digest in by_fingerprint:
@@ -880,16 +880,19 @@ def study_name(task: str, combo, digest: str) -> str:
     return f"{task}.{methods}.{digest[: fingerprint.SHORT]}"
 
 
-def fingerprint_document(spec: SweepSpec, task: type[Task], task_params, seeds: list[int],
+def fingerprint_document(spec: SweepSpec, task: type[Task], task_params,
                          metric: str, direction: str, combo, device: str,
                          vectorised: bool = False) -> dict:
     """Everything that determines a study's results (``workbench.fingerprint``): task and
-    parameters, budget, seeds, objective, each slot's method with its fixed values (defaults
+    parameters, budget, objective, each slot's method with its fixed values (defaults
     resolved) and search space, the sampler's and pruner's settings that act, the device kind,
     the seeds' execution mode, the code (every module of the project the run imports) and the
     libraries' versions. Not in
     it: labels, trial counts, failure limits, storage and report options, which change how
-    much is run or how it is shown, never what a trial computes."""
+    much is run or how it is shown, never what a trial computes; nor the seed list: a (trial,
+    seed) run is determined by the rest and its seed, so a sweep given more or other seeds
+    keeps its study and runs only the seeds its trials lack
+    (``workbench.engine.trial_seeds``)."""
     methods = {}
     for m in combo:
         space = {k: repr(d) for k, d in m.space.items()}
@@ -902,7 +905,6 @@ def fingerprint_document(spec: SweepSpec, task: type[Task], task_params, seeds: 
         "version": fingerprint.VERSION,
         "task": {"name": task.name, "params": task_params.model_dump(mode="json")},
         "budget": spec.budget.model_dump(mode="json"),
-        "seeds": seeds,
         "objective": {"metric": metric, "direction": direction, "aggregate": o.aggregate,
                       "at": o.at, "diverge_past": o.diverge_past},
         "methods": methods,

@@ -19,8 +19,15 @@ nothing else:
 - **Finished trials are read again only when the study has more of them**: a read that asks
   only for finished states (the median pruner's complete trials) first counts the study's
   finished trials with one small query and reuses the cache when the count is the same.
-  Finished trials never change and are never removed while a sweep runs, so the answer is
-  the same as Optuna's. Reads that include running trials (the samplers') are Optuna's own.
+  Finished trials are never removed while a sweep runs, so the answer is the same as
+  Optuna's. Reads that include running trials (the samplers') are Optuna's own.
+
+One write Optuna has no call for: **a finished trial's value replaced** (``replace_value``),
+when the seeds a sweep asks for change and a trial's objective is recomputed over them
+(``workbench.engine.trial_seeds``), so that the sampler's history holds one value per trial,
+over the sweep's seeds. The writer bumps a study attribute (``trial_seeds.REVISION``); a worker
+that sees it changed forgets its cached finished trials (``forget_finished``) and reads them
+again.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from collections.abc import Container, Sequence
 
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
-from optuna.storages._cached_storage import _CachedStorage
+from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
@@ -46,6 +53,7 @@ class WorkerStorage(_CachedStorage):
         super().__init__(backend)
         self._kept: dict[int, dict[int, float]] = {}  # trial id -> step -> value, unwritten
         self._finished_read: dict[int, int] = {}  # study id -> finished trials in the cache
+        self._revisions: dict[int, object] = {}  # study id -> the replaced values last seen
 
     # ------------------------------------------------------------------ intermediate values
 
@@ -80,6 +88,40 @@ class WorkerStorage(_CachedStorage):
                     session.add(value_model(trial_id=trial_id, step=step,
                                             intermediate_value=number,
                                             intermediate_value_type=kind))
+
+    # ----------------------------------------------------------------- replaced values
+
+    def replace_value(self, study_id: int, trial_id: int, value: float) -> None:
+        """Replace the (single) objective value of finished trial ``trial_id`` in one commit;
+        this process's cache then reads the study's trials again."""
+        value_model = models.TrialValueModel
+        number, kind = value_model.value_to_stored_repr(float(value))
+        with _create_scoped_session(self._backend.scoped_session, True) as session:
+            row = session.query(value_model).filter(value_model.trial_id == trial_id,
+                                                    value_model.objective == 0).one()
+            row.value, row.value_type = number, kind
+        self.forget_finished(study_id)
+
+    def forget_finished(self, study_id: int, revision: object = None) -> None:
+        """Drop the cached trials of ``study_id`` (read again at the next ask); with a
+        ``revision`` (the study's ``trial_seeds.REVISION``), only when it is not the one last
+        seen."""
+        with self._lock:
+            if revision is not None:
+                if study_id in self._revisions and self._revisions[study_id] == revision:
+                    return
+                self._revisions[study_id] = revision
+            info = self._studies.get(study_id)
+            if info is None:
+                return
+            fresh = _StudyInfo()
+            fresh.name, fresh.directions = info.name, info.directions
+            fresh.param_distribution = info.param_distribution
+            for trial in info.trials.values():
+                self._trial_id_to_study_id_and_number.pop(trial._trial_id, None)
+                self._study_id_and_number_to_trial_id.pop((study_id, trial.number), None)
+            self._studies[study_id] = fresh
+            self._finished_read.pop(study_id, None)
 
     def _with_kept(self, trial: FrozenTrial) -> FrozenTrial:
         kept = self._kept.get(trial._trial_id)

@@ -14,12 +14,22 @@ A kill may land anywhere, and the next claim (under the same lock) repairs what 
   heartbeat otherwise;
 - every MLflow run still RUNNING of a finished trial then takes that trial's status, and the run
   of a trial whose worker died is FAILED, even one that ended before the trial was told.
+
+Before a new trial, a worker brings the study's complete trials to the sweep's seeds
+(``claim_seeds``, ``workbench.engine.trial_seeds``): a trial that has run every seed asked for
+has its objective recomputed at once; one that lacks seeds is claimed (a study attribute
+``extending.NUMBER`` with its owner and heartbeat, as a held-out evaluation's) and extended by
+running only those (``TrialRunner.extend``, ``end_extension``). A recomputed objective is
+written to the trial run (metric ``objective`` at a later step, tag ``runs.OBJECTIVE_SEEDS``)
+first, then replaces the Optuna trial's value (``WorkerStorage.replace_value``), then the
+trial's seed record: a kill in between leaves the trial to recompute again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +37,8 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from workbench import runs, selection
+from workbench import runs, selection, stats
+from workbench.engine import trial_seeds
 from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's names)
     best_trial,
     failure_stop,
@@ -37,7 +48,7 @@ from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's
 from workbench.engine.studies import make_sampler, run_key, short_metric
 from workbench.processes import owner, process_alive, this_host
 from workbench.spec import StudyPlan, Sweep
-from workbench.store import HEARTBEAT_INTERVAL_S, Store
+from workbench.store import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, Store
 from workbench.study_record import StudyRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -102,22 +113,27 @@ class Claims:
             trials = study.get_trials(deepcopy=False)
             if any(t.state == TrialState.RUNNING for t in trials):
                 return  # the worker running that trial closes the study run after it
-            own = study.user_attrs.get(run_key(experiment_id))
-            home = study.user_attrs.get("mlflow_run_id")
+            attrs = study.user_attrs
+            if trial_seeds.pending(trials, attrs, self.sweep.seeds):
+                return  # a trial still lacks seeds: the worker extending it closes after it
+            own = attrs.get(run_key(experiment_id))
+            home = attrs.get("mlflow_run_id")
             for run_id in dict.fromkeys(r for r in (own, home) if r):
                 run = self.client.get_run(run_id)
                 if run.data.tags.get(runs.STUDY_STATE) == runs.SUPERSEDED:
                     continue
                 wanted = plan.n_trials if run_id == own else _recorded_trials(run)
                 if wanted is not None:
-                    self._close(run, trials, wanted, plan)
+                    self._close(run, trials, wanted, plan, attrs)
 
-    def _close(self, run, trials, wanted: int, plan: StudyPlan) -> None:
+    def _close(self, run, trials, wanted: int, plan: StudyPlan, attrs: dict) -> None:
         status, run_id = run.info.status, run.info.run_id
         last = selection.cutoff(((t.number, t.state in FINISHED) for t in trials), wanted)
         counted = [t for t in trials if selection.counted(t.number, last)]
         if sum(t.state in FINISHED for t in counted) >= wanted:
-            if status != runs.FINISHED:
+            counted = trial_seeds.ranked(counted, attrs, self.sweep.seeds)  # for the best
+            if status != runs.FINISHED or run.data.tags.get(runs.OBJECTIVE_SEEDS) != _listed(
+                    self.sweep.seeds):  # once more when the seeds changed
                 self._end_study_run(counted, plan, run_id, "complete")
         elif status == runs.RUNNING:
             reason = failure_stop(trials, self.sweep.spec.max_failed_trials)
@@ -128,10 +144,91 @@ class Claims:
     def _end_study_run(self, trials, plan, run_id: str, state: str, tags=None) -> None:
         metrics, name = {}, plan.label
         best = best_trial(trials, self.sweep.direction)
+        tags = {**(tags or {}), runs.OBJECTIVE_SEEDS: _listed(self.sweep.seeds)}
         if best is not None:
             metrics["objective"] = best.value
             name = f"{plan.label} | best {short_metric(self.sweep.metric)}={best.value:.4g}"
         runs.finish_run(self.client, run_id, state, metrics=metrics, name=name, tags=tags)
+
+    # ------------------------------------------------------------------ the sweep's seeds
+
+    def claim_seeds(self, study: optuna.Study, plan: StudyPlan):
+        """The next complete trial of the study to extend to the sweep's seeds, claimed for
+        this process, as (trial, missing seeds, claim entry); None when none is left. Trials
+        that need no new run are recomputed on the way."""
+        seeds = self.sweep.seeds
+        with self.store.lock(plan.name):
+            attrs = study.user_attrs
+            if trial_seeds.REVISION in attrs and hasattr(self.storage, "forget_finished"):
+                self.storage.forget_finished(study._study_id, attrs[trial_seeds.REVISION])
+            for t in trial_seeds.pending(study.get_trials(deepcopy=False), attrs, seeds):
+                record = trial_seeds.of(t.user_attrs, attrs, t.number)
+                missing = trial_seeds.missing(record, seeds)
+                if not missing:
+                    self._recompute(study, plan, t, record.values)
+                    attrs = study.user_attrs
+                    continue
+                key = trial_seeds.extension_key(t.number)
+                entry = attrs.get(key)
+                if entry is not None and entry.get("state") == "running":
+                    if not _abandoned(entry):
+                        continue  # another worker extends it
+                    self._fail_seed_runs(study, t)
+                mine = {"state": "running", "owner": owner(), "beat": time.time(),
+                        "seeds": list(seeds)}
+                study.set_user_attr(key, mine)
+                return t, missing, mine
+        return None
+
+    def beat(self, study: optuna.Study, number: int, entry: dict):
+        """The heartbeat of an extension claim: its entry with the time now."""
+        key = trial_seeds.extension_key(number)
+        return lambda: self.storage.set_study_user_attr(study._study_id, key,
+                                                        {**entry, "beat": time.time()})
+
+    def end_extension(self, study: optuna.Study, plan: StudyPlan, trial, entry: dict,
+                      state: str, values: dict | None = None, reason: str = "") -> None:
+        """Record how an extension ended; once ``done``, the trial's objective over the
+        sweep's seeds, from its stored seeds' objectives and ``values`` (the new ones)."""
+        with self.store.lock(plan.name):
+            if state == "done":
+                record = trial_seeds.of(trial.user_attrs, study.user_attrs, trial.number)
+                self._recompute(study, plan, trial, {**record.values, **values})
+            study.set_user_attr(trial_seeds.extension_key(trial.number),
+                                {**entry, "state": state, "reason": reason})
+
+    def _recompute(self, study: optuna.Study, plan: StudyPlan, trial,
+                   values: dict[int, float]) -> None:
+        """Make ``trial``'s objective the aggregate of ``values`` over the sweep's seeds: in
+        its trial run, then Optuna's value, then its seed record (called under the lock)."""
+        seeds, attrs = self.sweep.seeds, study.user_attrs
+        objective = stats.aggregate([values[s] for s in seeds],
+                                    self.sweep.spec.objective.aggregate)
+        revision = int(attrs.get(trial_seeds.REVISION, 0)) + 1
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        if run_id:
+            from mlflow.entities import Metric, RunTag
+
+            name = f"{plan.label} t{trial.number} | {short_metric(self.sweep.metric)}=" \
+                   f"{objective:.4g}"
+            self.client.log_batch(run_id, metrics=[Metric("objective", objective,
+                                                          int(time.time() * 1000), revision)],
+                                  tags=[RunTag(runs.OBJECTIVE_SEEDS, _listed(seeds)),
+                                        RunTag("mlflow.runName", name)])
+        self.storage.replace_value(study._study_id, trial._trial_id, objective)
+        study.set_user_attr(trial_seeds.record_key(trial.number),
+                            trial_seeds.TrialSeeds(values, tuple(seeds)).to_attr())
+        study.set_user_attr(trial_seeds.REVISION, revision)
+
+    def _fail_seed_runs(self, study: optuna.Study, trial) -> None:
+        """End the seed runs a dead extension of ``trial`` left RUNNING as failed."""
+        found = self.client.search_runs(
+            [study.user_attrs["mlflow_experiment_id"]],
+            f"tags.`optuna.trial_id` = '{trial._trial_id}' and tags.`{runs.KIND}` = "
+            f"'{runs.SEED}' and attributes.status = 'RUNNING'", max_results=10_000)
+        for run in found:
+            runs.finish_run(self.client, run.info.run_id, "fail",
+                            tags={runs.FAIL_REASON: "worker died"})
 
     # ------------------------------------------------------------------ crash housekeeping
 
@@ -212,10 +309,16 @@ class Claims:
         failed = sum(t.state == TrialState.FAIL for t in trials)
         if self._failed_seen.get(study._study_id) != failed:
             by_number = {t.number: t for t in trials}
+            attrs = None
             for run in self._running_runs(study):
                 trial = by_number.get(int(run.data.tags.get("optuna.trial_number", -1)))
-                if trial is not None and trial.state.is_finished():
-                    self._end_like(run.info.run_id, trial)
+                if trial is None or not trial.state.is_finished():
+                    continue
+                attrs = study.user_attrs if attrs is None else attrs
+                entry = attrs.get(trial_seeds.extension_key(trial.number)) or {}
+                if entry.get("state") == "running":
+                    continue  # a new seed run of an extension: ``claim_seeds`` repairs it
+                self._end_like(run.info.run_id, trial)
             self._failed_seen[study._study_id] = failed
         died = [t for t in trials if worker_died(t)]
         if not died:
@@ -253,6 +356,19 @@ def _recorded_trials(run) -> int | None:
     except ValueError:
         return None
     return None if record is None else record.trials
+
+
+def _listed(seeds: list[int]) -> str:
+    return ",".join(map(str, seeds))
+
+
+def _abandoned(entry: dict) -> bool:
+    """Whether a running extension claim may be taken again: its owner is gone (this host's
+    process ended, or another host's heartbeat is stale)."""
+    who = entry.get("owner") or {}
+    if who.get("host") == this_host():
+        return not process_alive(int(who.get("pid", -1)))
+    return time.time() - float(entry.get("beat", 0.0)) > HEARTBEAT_GRACE_S
 
 
 def may_be_running(owner: dict | None) -> bool:

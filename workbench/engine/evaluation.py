@@ -30,6 +30,7 @@ import optuna
 import torch
 
 from workbench import runs, selection, stats
+from workbench.engine import trial_seeds
 from workbench.engine.claims import FINISHED, Heartbeat, best_trial
 from workbench.engine.monitor import Monitor, StopRun
 from workbench.engine.studies import short_metric
@@ -48,17 +49,21 @@ def entry_key(trial_number: int, seed: int) -> str:
     return f"eval.{trial_number}.{seed}"
 
 
-def best_counted_trial(study: optuna.Study, plan: StudyPlan, direction: str):
-    """The study's best trial among those the sweep counts, once it has its finished trials
-    and none runs; None before (or when none is complete)."""
+def best_counted_trial(study: optuna.Study, plan: StudyPlan, sweep: Sweep):
+    """The study's best trial among those the sweep counts, once it has its finished trials,
+    none runs and every complete one has its objective over the sweep's seeds; None before
+    (or when none is complete)."""
     trials = study.get_trials(deepcopy=False)
     if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+        return None
+    attrs = study.user_attrs
+    if trial_seeds.pending(trials, attrs, sweep.seeds):
         return None
     last = selection.cutoff(((t.number, t.state in FINISHED) for t in trials), plan.n_trials)
     counted = [t for t in trials if selection.counted(t.number, last)]
     if sum(t.state in FINISHED for t in counted) < plan.n_trials:
         return None
-    return best_trial(counted, direction)
+    return best_trial(trial_seeds.ranked(counted, attrs, sweep.seeds), sweep.direction)
 
 
 @dataclass
@@ -80,7 +85,7 @@ class Evaluator:
     def claim(self, study: optuna.Study, plan: StudyPlan, seeds: list[int]):
         """(best trial, seed, entry) claimed for this process, or None when nothing is left."""
         with self.store.lock(plan.name):
-            best = best_counted_trial(study, plan, self.sweep.direction)
+            best = best_counted_trial(study, plan, self.sweep)
             if best is None:
                 return None
             attrs = study.user_attrs
@@ -167,7 +172,7 @@ def held_out_values(sweep: Sweep, storage, client) -> dict[str, dict[int, float]
     found = {}
     for plan in sweep.studies:
         study = optuna.load_study(study_name=plan.name, storage=storage)
-        best = best_counted_trial(study, plan, sweep.direction)
+        best = best_counted_trial(study, plan, sweep)
         if best is None:
             return None
         values = {}

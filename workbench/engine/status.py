@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from workbench import fingerprint, optuna_tables, runs, selection
+from workbench.engine import trial_seeds
 from workbench.engine.outcomes import FINISHED_STATES, best_trial, failure_stop, state
 from workbench.study_record import StudyRecord
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # either, the second kept between calls (`workbench.resolved`
     from workbench.spec import Sweep
 
 UP_TO_DATE, NOT_STARTED, STALE, SUPERSEDED = "up to date", "not started", "stale", "superseded"
+SEEDS_TO_ADD = "seeds to add"  # complete trials whose objective is over other seeds
 
 
 @dataclass
@@ -42,6 +44,7 @@ class StudyStatus:
     fingerprint: str = ""
     state: str = ""  # UP_TO_DATE, NOT_STARTED, STALE or SUPERSEDED (``sweep_status``)
     note: str = ""  # what changed (stale, superseded) or where its trials live (shared)
+    other_seeds: int = 0  # counted complete trials whose objective is over other seeds
 
     @property
     def finished(self) -> int:
@@ -66,9 +69,10 @@ def study_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
 def _status(name: str, label: str, total: int, sweep: Sweep | ResolvedSweep, store,
             existing: dict[str, int], digest: str) -> StudyStatus:
     counts = dict.fromkeys(("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"), 0)
-    best_value, best_params, reasons, stop = None, {}, [], None
+    best_value, best_params, reasons, stop, other = None, {}, [], None, 0
     if name in existing:
         trials = optuna_tables.trials(store.optuna_url, existing[name])
+        attrs = optuna_tables.study_user_attrs(store.optuna_url, existing[name])
         last = selection.cutoff(((t.number, state(t) in FINISHED_STATES) for t in trials),
                                 total)
         for t in trials:
@@ -77,15 +81,17 @@ def _status(name: str, label: str, total: int, sweep: Sweep | ResolvedSweep, sto
                 if state(t) == "FAIL":
                     reasons.append(t.user_attrs.get("fail_reason")
                                    or t.user_attrs.get("interrupted", "worker died"))
-        best = best_trial([t for t in trials if selection.counted(t.number, last)],
-                          sweep.direction)
+        counted = [t for t in trials if selection.counted(t.number, last)]
+        ranked = trial_seeds.ranked(counted, attrs, sweep.seeds)
+        other = len(counted) - len(ranked)
+        best = best_trial(ranked, sweep.direction)
         if best is not None:
             best_value, best_params = best.value, best.params
         if counts["COMPLETE"] + counts["PRUNED"] < total:
             stop = failure_stop(trials, sweep.max_failed_trials)
     return StudyStatus(name, label, total, counts["COMPLETE"], counts["PRUNED"],
                        counts["FAIL"], counts["RUNNING"], best_value, best_params, reasons,
-                       stop, digest)
+                       stop, digest, other_seeds=other)
 
 
 def sweep_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
@@ -99,9 +105,14 @@ def sweep_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
     for status in statuses:
         tags = by_fingerprint.get(status.fingerprint)
         status.state = UP_TO_DATE if status.finished or status.running else NOT_STARTED
+        if status.other_seeds:
+            status.state = SEEDS_TO_ADD
+            status.note = (f"{status.other_seeds} complete trials have their objective over "
+                           f"other seeds than {_shown(sweep.seeds)} (not ranked); run the "
+                           "sweep to run the seeds they lack")
         if tags is not None and runs.HOME_EXPERIMENT in tags:
             home = experiment_names.get(tags[runs.HOME_EXPERIMENT], "?")
-            status.note = f"trials in sweep {home}"
+            status.note = "; ".join(filter(None, (f"trials in sweep {home}", status.note)))
     plans = {plan.label: plan for plan in sweep.studies}
     existing = optuna_tables.study_ids(store.optuna_url)
     for tags in recorded:
@@ -143,6 +154,13 @@ def _study_run_tags(store, sweep_name: str) -> tuple[list[dict[str, str]], dict[
     for run, key, value in rows:
         tags.setdefault(run, {})[key] = value
     return list(tags.values()), names
+
+
+def _shown(seeds: list[int]) -> str:
+    """``[0, 1, 2]``, or ``[0..29] (30)`` for a long list."""
+    if len(seeds) > 6:
+        return f"[{seeds[0]}..{seeds[-1]}] ({len(seeds)})"
+    return str(list(seeds))
 
 
 def _stale_note(tags: dict, plan) -> str:

@@ -12,6 +12,7 @@ import optuna
 
 from workbench import fingerprint, runs
 from workbench.cache import cache_root
+from workbench.engine import trial_seeds
 from workbench.spec import StudyPlan, Sweep
 from workbench.store import Store
 
@@ -42,11 +43,29 @@ def setup(sweep: Sweep, store: Store) -> tuple[list[str], list[str]]:
             outcomes[plan.fingerprint] = _open_study_run(client, sweep, plan, study,
                                                          experiment_id, before)
         notes = _supersede(client, sweep, before, outcomes)
+        notes += [line for plan in sweep.studies if (line := _seeds_note(sweep, plan, storage))]
     superseded = [run.data.tags[runs.STUDY_NAME] for run in before  # newly
                   if run.data.tags.get(runs.FINGERPRINT) not in outcomes
                   and run.data.tags.get(runs.STUDY_STATE) != runs.SUPERSEDED
                   and runs.STUDY_NAME in run.data.tags]
     return notes, superseded
+
+
+def _seeds_note(sweep: Sweep, plan: StudyPlan, storage) -> str | None:
+    """What the sweep's seeds ask of the study's complete trials run with other seeds: the
+    seeds to run (only those), or a recomputation from the runs they have."""
+    study = optuna.load_study(study_name=plan.name, storage=storage)
+    attrs = study.user_attrs
+    waiting = trial_seeds.pending(study.get_trials(deepcopy=False), attrs, sweep.seeds)
+    if not waiting:
+        return None
+    lacking = sorted({s for t in waiting for s in trial_seeds.missing(
+        trial_seeds.of(t.user_attrs, attrs, t.number), sweep.seeds)})
+    if not lacking:
+        return (f"{plan.label}: {len(waiting)} trials recomputed over seeds {sweep.seeds} "
+                "from the seed runs they have (no run)")
+    return (f"{plan.label}: {len(waiting)} trials lack seeds among {lacking}; running only "
+            "those, the seeds they have are reused")
 
 
 def study_runs(client, experiment_id: str) -> list:

@@ -4,16 +4,22 @@ seed axis (``StudyPlan.vectorised``), once for all seeds (``Task.run_seeds``, a 
 over the seeds' monitors), close the runs, tell Optuna. Runs are opened and closed through a
 ``RunWriter``: the trial's seed runs on a seed axis in one transaction each way.
 
-The trial's objective is its per-seed objectives aggregated as the spec says. A ``StopRun``
-from a seed prunes the trial; any other exception fails it (its traceback is logged to the
-trial run); an interrupt (KeyboardInterrupt, SystemExit) fails it too and propagates.
+The trial's objective is its per-seed objectives aggregated as the spec says; the per-seed
+objectives go with it (``workbench.engine.trial_seeds``). A ``StopRun`` from a seed prunes the
+trial; any other exception fails it (its traceback is logged to the trial run); an interrupt
+(KeyboardInterrupt, SystemExit) fails it too and propagates.
+
+``extend`` runs only the seeds a finished trial lacks, after the sweep asked for more seeds:
+each in a new seed run below the trial's own run, on a seed axis over just those seeds where
+the study runs its seeds together, without pruning (a finished trial takes no intermediate
+values); the claims then recompute the trial's objective (``Claims.end_extension``).
 """
 
 from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 import torch
@@ -21,6 +27,7 @@ import yaml
 from optuna.trial import TrialState
 
 from workbench import runs, seeds, stats
+from workbench.engine import trial_seeds
 from workbench.engine.claims import Heartbeat
 from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
@@ -150,6 +157,17 @@ class OpenTrial:
     tags: dict
     run_id: str
     experiment_id: str
+    live: bool = True  # the trial is running: its seeds report to Optuna's pruner
+
+
+@dataclass
+class Extended:
+    """How an extension ended: ``done`` with the new seeds' objectives, or ``diverged`` /
+    ``failed`` with the reason."""
+
+    state: str
+    values: dict = field(default_factory=dict)
+    reason: str = ""
 
 
 @dataclass
@@ -191,10 +209,39 @@ class TrialRunner:
                     raise
                 return
         objective = stats.aggregate(values, sweep.spec.objective.aggregate)
+        trial.set_user_attr(trial_seeds.SEED_VALUES,
+                            {str(s): v for s, v in zip(sweep.seeds, values, strict=True)})
         self.writer.finish([RunEnd(
             opened.run_id, "complete", metrics={"objective": objective},
+            tags={runs.OBJECTIVE_SEEDS: ",".join(map(str, sweep.seeds))},
             name=f"{plan.label} t{trial.number} | {short_metric(sweep.metric)}={objective:.4g}")])
         study.tell(trial, objective)
+
+    def extend(self, study: optuna.Study, plan: StudyPlan, trial, missing: list[int],
+               beat) -> Extended:
+        """Run the ``missing`` seeds of finished ``trial`` (a ``FrozenTrial``) below its trial
+        run, ``beat`` called while they run; an interrupt ends their runs and propagates."""
+        sweep = self.sweep
+        methods, config_methods = build_methods(plan, trial.params)
+        tags = {**run_tags(sweep, plan, study, self.device),
+                "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
+        opened = OpenTrial(study, plan, trial, methods,
+                           run_params(sweep, self.device, config_methods), tags,
+                           trial.user_attrs["mlflow_run_id"],
+                           study.user_attrs["mlflow_experiment_id"], live=False)
+        try:
+            with Heartbeat(beat):
+                if plan.vectorised:
+                    found = self._run_seeds_together(opened, missing)
+                else:
+                    found = [self._run_seed(opened, sweep.seeds.index(s), s) for s in missing]
+        except StopRun as stop:
+            return Extended("diverged", reason=stop.detail)
+        except Exception as err:
+            self.client.log_text(opened.run_id, "".join(traceback.format_exception(err)),
+                                 f"extension_traceback_{'_'.join(map(str, missing))}.txt")
+            return Extended("failed", reason=f"{type(err).__name__}: {err}"[:500])
+        return Extended("done", dict(zip(missing, found, strict=True)))
 
     def _open(self, study: optuna.Study, plan: StudyPlan, trial: optuna.Trial) -> OpenTrial:
         """Sample the trial's hyperparameters, build its methods, open its trial run (with the
@@ -250,7 +297,8 @@ class TrialRunner:
         objective. Raises ``StopRun`` when pruned or diverged, whatever the task raised else."""
         sweep, plan = self.sweep, opened.plan
         ((seed_run, name),) = self._start_seed_runs(opened, [seed])
-        monitor = Monitor(sweep, self.sink, seed_run, opened.trial, seed, index)
+        monitor = Monitor(sweep, self.sink, seed_run, opened.trial if opened.live else None,
+                          seed, index)
         fresh: dict = {}
         try:
             try:
@@ -267,21 +315,24 @@ class TrialRunner:
         self.writer.finish([self._seed_end(seed_run, name, value)])
         return value
 
-    def _run_seeds_together(self, opened: OpenTrial) -> list[float]:
-        """Run every seed of the trial on one seed axis, each in its own seed run; their
-        objectives in seed order. A stop or failure of the computation ends every seed run
-        with it; afterwards, the first seed whose result diverged raises ``StopRun`` once all
-        seed runs are closed (the others complete)."""
+    def _run_seeds_together(self, opened: OpenTrial,
+                            seed_list: list[int] | None = None) -> list[float]:
+        """Run ``seed_list`` (default: every seed of the sweep) on one seed axis, each in its
+        own seed run; their objectives in seed order. A stop or failure of the computation
+        ends every seed run with it; afterwards, the first seed whose result diverged raises
+        ``StopRun`` once all seed runs are closed (the others complete)."""
         sweep, plan = self.sweep, opened.plan
-        opened_runs = self._start_seed_runs(opened, sweep.seeds)
-        monitors = [Monitor(sweep, self.sink, run_id, None, seed, index)
-                    for index, (seed, (run_id, _)) in enumerate(zip(sweep.seeds, opened_runs,
-                                                                    strict=True))]
+        seed_list = list(sweep.seeds if seed_list is None else seed_list)
+        opened_runs = self._start_seed_runs(opened, seed_list)
+        monitors = [Monitor(sweep, self.sink, run_id, None, seed, sweep.seeds.index(seed))
+                    for seed, (run_id, _) in zip(seed_list, opened_runs, strict=True)]
         fresh: dict = {}
         try:
             try:
-                results = execute_seeds(sweep, plan, opened.methods, sweep.seeds, self.device,
-                                        SeedsMonitor(sweep, monitors, opened.trial), fresh)
+                results = execute_seeds(sweep, plan, opened.methods, seed_list, self.device,
+                                        SeedsMonitor(sweep, monitors,
+                                                     opened.trial if opened.live else None),
+                                        fresh)
             finally:
                 if fresh:
                     self._warn_unused_knobs(plan, fresh, opened.run_id)

@@ -83,6 +83,8 @@ class Worker:
             for plan in order:
                 study = optuna.load_study(study_name=plan.name, storage=storage,
                                           pruner=make_pruner(self.sweep, plan))
+                while (job := claims.claim_seeds(study, plan)) is not None:
+                    self._extend(claims, runner, study, plan, *job)
                 while (trial := claims.claim(study, plan)) is not None:
                     runner.run(study, plan, trial)
                     ran += 1
@@ -96,6 +98,21 @@ class Worker:
                     evaluator.run(optuna.load_study(study_name=plan.name, storage=storage),
                                   plan, self.held_out)
         return ran
+
+
+    @staticmethod
+    def _extend(claims: Claims, runner: TrialRunner, study, plan, trial, missing: list[int],
+                entry: dict) -> None:
+        """Run the seeds a finished trial lacks and record the outcome (an interrupt is
+        recorded, then propagates)."""
+        try:
+            ended = runner.extend(study, plan, trial, missing,
+                                  claims.beat(study, trial.number, entry))
+        except BaseException:
+            claims.end_extension(study, plan, trial, entry, "interrupted")
+            raise
+        claims.end_extension(study, plan, trial, entry, ended.state, ended.values,
+                             ended.reason)
 
 
 def terminate_gracefully() -> None:

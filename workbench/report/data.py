@@ -217,7 +217,9 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: p
     finished = trials["status"].isin([runs.FINISHED, runs.KILLED])
     last = selection.cutoff(zip(trials["number"], finished, strict=True), record.trials)
     counted = np.array([selection.counted(n, last) for n in trials["number"]], dtype=bool)
-    trials = trials[counted]  # a list would select columns where it is empty (no trials)
+    trials = trials[counted].copy()  # a list would select columns where it is empty
+    other = _over_other_seeds(trials, record.seeds)
+    trials.loc[other, "objective"] = np.nan  # never ranked with objectives over the seeds
     done = trials[(trials["status"] == runs.FINISHED) & trials["objective"].notna()]
     best_run, seeds = None, pd.DataFrame(columns=["run_id", "seed", "objective"])
     if not done.empty:
@@ -228,6 +230,7 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: p
                      & (frame["mlflow.parentRunId"] == best_run)
                      & (frame["status"] == runs.FINISHED)].copy()
         seeds["seed"] = seeds[runs.SEED_TAG].astype(int)
+        seeds = seeds[seeds["seed"].isin(record.seeds)].drop_duplicates("seed", keep="last")
         seeds["objective"] = seeds["run_id"].map(objective)
     tagged = set(trials.get(runs.FIDELITY, pd.Series(dtype=str)).dropna().unique())
     fidelity = tagged or {study.get(runs.FIDELITY)}
@@ -239,14 +242,31 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: p
     if study.get(runs.STUDY_STATE) == runs.SUPERSEDED:
         superseded = str(study.get(runs.SUPERSEDED_NOTE) or "replaced by a later version")
         label = f"{label} (superseded {digest[:7]})"
+    stale = None if superseded else _stale(study, digest, expected)
+    if stale is None and not superseded and other.any():
+        stale = (f"{int(other.sum())} complete trials have their objective over other seeds "
+                 f"than the sweep's {len(record.seeds)} (left out of the ranking); run the "
+                 "sweep to run the seeds they lack")
     method = MethodData(label, fidelity.pop() if len(fidelity) == 1 else "mixed",
                         trials.sort_values("number"), best_run, seeds.sort_values("seed"),
-                        space, record.trials, digest,
-                        None if superseded else _stale(study, digest, expected), superseded)
+                        space, record.trials, digest, stale, superseded)
     if record.evaluation is not None and best_run is not None:
         best = int(trials.loc[trials["run_id"] == best_run, "number"].iloc[0])
         _held_out(data, method, study, record, best, objective)
     return method
+
+
+def _over_other_seeds(trials: pd.DataFrame, seeds: list[int]) -> pd.Series:
+    """Which complete trial runs have their objective over other seeds than ``seeds`` (tag
+    ``runs.OBJECTIVE_SEEDS``; the sweep's seeds changed and the trial was not brought to them
+    yet)."""
+    wanted = sorted(seeds)
+    over = trials.get(runs.OBJECTIVE_SEEDS, pd.Series(index=trials.index, dtype=object))
+
+    def other(text) -> bool:
+        return not isinstance(text, str) or sorted(int(s) for s in text.split(",")) != wanted
+
+    return (trials["status"] == runs.FINISHED) & over.map(other).astype(bool)
 
 
 def held_out_seeds(data: SweepData, record: StudyRecord) -> list[int]:

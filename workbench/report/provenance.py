@@ -30,7 +30,8 @@ class Provenance:
                              "(stratified by sweep) and the best-of-k band",
                 "resamples": o.resamples, "seed": 0, "small_n": stats.SMALL_N,
                 "best_trial": "best objective among the complete trials the sweep counts (up "
-                              "to its N-th finished one), chosen on the tuning seeds; shown "
+                              "to its N-th finished one) whose objective is over the sweep's "
+                              "tuning seeds, chosen on them; shown "
                               "on the held-out seeds where the sweep evaluated it",
                 "studies": "current ones (superseded only when asked); each keyed by its "
                            "fingerprint, listed under 'fingerprints'"}
