@@ -226,7 +226,7 @@ class TrialRunner:
         tags = {**run_tags(sweep, plan, study, self.device),
                 "optuna.trial_number": trial.number, "optuna.trial_id": trial._trial_id}
         opened = OpenTrial(study, plan, trial, methods,
-                           run_params(sweep, self.device, config_methods), tags,
+                           run_params(sweep, plan, self.device, config_methods), tags,
                            trial.user_attrs["mlflow_run_id"],
                            study.user_attrs["mlflow_experiment_id"], live=False)
         try:
