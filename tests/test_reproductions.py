@@ -25,7 +25,8 @@ def sweep_names(folder, claim) -> list[str]:
 
 
 def test_the_reproductions_are_there():
-    assert {"tyurin-table1", "polyak-untuned", "frank-wolfe-rate"} <= set(FOLDERS)
+    assert {"tyurin-table1", "polyak-untuned", "frank-wolfe-rate", "gigpo-agent",
+            "critical-batch"} <= set(FOLDERS)
 
 
 @pytest.mark.parametrize("name", sorted(FOLDERS))
@@ -69,6 +70,8 @@ def test_the_quick_forms_show_each_claims_shape(tmp_path):
         run = json.loads((tmp_path / name / "results" / "run.json").read_text())
         assert run["quick"] is True
         assert (tmp_path / name / "work" / "workbench.db").is_file()
+    for credit in ("credit_gigpo-agent-credit.csv", "credit_gigpo-agent-credit.png"):
+        assert (tmp_path / "gigpo-agent" / "results" / credit).is_file()
 
 
 def test_a_slope_of_a_power_law_is_its_exponent():
@@ -76,6 +79,24 @@ def test_a_slope_of_a_power_law_is_its_exponent():
     values = 3.0 / (steps + 1) ** 2
     assert checks.loglog_slope(steps + 1, values, 10, 1000) == pytest.approx(-2.0)
     assert math.isnan(checks.loglog_slope(steps, values, 2000, 3000))
+
+
+def test_a_credit_reference_reads_its_estimators_row_at_g_and_n(tmp_path):
+    """A check on a credit study reads the row of its table at the estimator, G and N."""
+    (tmp_path / checks.credit_file("study")).write_text(
+        "estimator,G,N,spearman\ngrpo,2,256,0.1\ngigpo,2,256,0.3\ngigpo,8,256,0.2\n")
+    claim = claims.Claim.model_validate({
+        "claim": "c", "reference": "r", "sweeps": ["sweep.yaml"], "checks": [
+            {"says": "s", "op": ">", "right": {"method": "grpo", "column": "spearman",
+                                               "credit": "study", "G": 2, "N": 256},
+             "left": {"method": "gigpo", "column": "spearman", "credit": "study", "G": 8,
+                      "N": 256}},
+            {"says": "absent", "op": ">", "right": 0,
+             "left": {"method": "gigpo", "column": "spearman", "credit": "study", "G": 4,
+                      "N": 256}}]})
+    first, absent = checks.evaluate(claim, tmp_path, ["x"], quick=False)
+    assert (first.left, first.right, first.passed) == (0.2, 0.1, True)
+    assert not absent.passed and "has no gigpo.spearman (credit study, G=4" in absent.detail
 
 
 def write_claim(folder, text: str):
@@ -100,6 +121,10 @@ sweeps: [sweep.yaml]
     ("quick: {other.yaml: {}}\nchecks:\n  - {says: s, left: {method: a, column: iqm}, "
      "op: '<=', right: 1}\n", "", "not among sweeps"),
     ("checks: []\n", "checks", "at least 1"),
+    ("checks:\n  - {says: s, left: {method: a, column: spearman, credit: c, G: 2}, "
+     "op: '<=', right: 1}\n", "checks[0].left", "needs credit, G, N and a column"),
+    ("credit: [absent.yaml]\nchecks:\n  - {says: s, left: {method: a, column: iqm}, "
+     "op: '<=', right: 1}\n", "credit", "absent.yaml: no such file"),
 ])
 def test_a_bad_claim_is_one_message_naming_the_file_and_key(tmp_path, body, key, says):
     write_claim(tmp_path, BASE + body)

@@ -24,6 +24,10 @@ def table_file(sweep: str) -> str:
     return f"table_{sweep}.csv"
 
 
+def credit_file(study: str) -> str:
+    return f"credit_{study}.csv"
+
+
 def curve_file(sweep: str, metric: str) -> str:
     return f"curve_{sweep}_{metric.replace('/', '-')}.csv"
 
@@ -49,6 +53,13 @@ class Results:
 
     def value(self, ref: Ref) -> float:
         sweep = ref.sweep or self.sweeps[0]
+        if ref.credit is not None:
+            table = pd.read_csv(self.folder / credit_file(ref.credit))
+            row = table[(table["estimator"] == ref.method) & (table["G"] == ref.G)
+                        & (table["N"] == ref.N)]
+            if row.empty or ref.column not in table.columns:
+                raise KeyError(f"{credit_file(ref.credit)} has no {ref.describe()}")
+            return float(row[ref.column].iloc[0])
         if ref.column is not None:
             table = pd.read_csv(self.folder / table_file(sweep)).set_index("method")
             if ref.method not in table.index or ref.column not in table.columns:

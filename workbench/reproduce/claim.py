@@ -4,6 +4,7 @@ and the checks that decide whether the claim's shape holds, read from the result
     claim: the claim in one or two sentences
     reference: the paper (authors, title, year; where in the seed literature)
     sweeps: [sweep.yaml]                # sweep specs in the reproduction's folder
+    credit: [credit.yaml]               # `workbench credit` specs beside it (optional)
     quick: {sweep.yaml: {budget: {steps: 100}}}   # merged into the spec for --quick
     figures: [curves_train-loss_step.png]         # report figures kept in results/
     curves: [train/suboptimality]       # per-step IQM over the best trial's seeds -> CSV
@@ -19,7 +20,9 @@ and the checks that decide whether the claim's shape holds, read from the result
 A reference names a method (its label in the sweep) and either a ``column`` of the report's
 results table (``table_SWEEP.csv``: ``iqm``, ``mean``, ``mean_high``, ``steps_to_target``, ...)
 or a ``slope``: the least-squares slope of log(value) against log(step) of that curve's CSV
-over ``window`` (steps), on 50 log-spaced steps.
+over ``window`` (steps), on 50 log-spaced steps. With ``credit: NAME`` (a credit spec's name)
+it names an estimator's row of that study's table (``credit_NAME.csv``) at group size ``G``
+and ``N`` continuations, and a ``column`` of it (``spearman``, ``sign_agreement_low``, ...).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from pydantic import Field, model_validator
 from workbench.validation import SpecError, Strict, validate
 
 CLAIM_FILE = "claim.yaml"
-LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,59}$"  # a sweep's method label (spec.MethodEntry)
+# a sweep's method label (spec.MethodEntry), or a combination of labels joined by "+"
+LABEL = r"^[A-Za-z0-9][A-Za-z0-9_.=+-]{0,200}$"
 OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
        ">=": lambda a, b: a >= b, "==": lambda a, b: a == b}
 
@@ -46,6 +50,10 @@ class Ref(Strict):
     slope: str | None = Field(None, description="a metric listed under curves")
     window: tuple[float, float] | None = Field(None, description="steps [low, high] of the "
                                                                  "slope's fit")
+    credit: str | None = Field(None, description="a credit study's name: the row of its "
+                                                  "table at G and N")
+    G: int | None = Field(None, ge=1, description="credit: the group size of the row")
+    N: int | None = Field(None, ge=1, description="credit: the continuations of the row")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Ref:
@@ -54,9 +62,14 @@ class Ref(Strict):
         if self.slope is not None and (self.window is None or not
                                        0 < self.window[0] < self.window[1]):
             raise ValueError("a slope needs window: [low, high] with 0 < low < high")
+        if (self.credit is not None) != (self.G is not None and self.N is not None) or \
+                (self.credit is not None and self.column is None):
+            raise ValueError("a credit reference needs credit, G, N and a column (only)")
         return self
 
     def describe(self) -> str:
+        if self.credit is not None:
+            return f"{self.method}.{self.column} (credit {self.credit}, G={self.G}, N={self.N})"
         if self.column is not None:
             return f"{self.method}.{self.column}"
         return f"slope of {self.method}'s {self.slope} over steps {self.window[0]:g}-" \
@@ -83,9 +96,11 @@ class Claim(Strict):
     claim: str
     reference: str
     sweeps: list[str] = Field(min_length=1, description="sweep specs beside claim.yaml")
+    credit: list[str] = Field(default_factory=list, description="`workbench credit` specs "
+                                                                "beside claim.yaml")
     quick: dict[str, dict[str, Any]] = Field(default_factory=dict,
-                                             description="sweep file -> keys merged in for "
-                                                         "--quick")
+                                             description="sweep or credit file -> keys "
+                                                         "merged in for --quick")
     figures: list[str] = Field(default_factory=list, description="report figures to keep")
     curves: list[str] = Field(default_factory=list, description="metrics whose curves to keep")
     paper: PaperValues | None = None
@@ -93,9 +108,9 @@ class Claim(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Claim:
-        unknown = sorted(set(self.quick) - set(self.sweeps))
+        unknown = sorted(set(self.quick) - set(self.sweeps) - set(self.credit))
         if unknown:
-            raise ValueError(f"quick names {', '.join(unknown)}, not among sweeps")
+            raise ValueError(f"quick names {', '.join(unknown)}, not among sweeps or credit")
         for check in self.checks:
             for ref in (check.left, check.right):
                 if isinstance(ref, Ref) and ref.slope is not None and \
@@ -110,9 +125,10 @@ def load(folder: Path) -> Claim:
 
     path = folder / CLAIM_FILE
     claim = validate(Claim, read_yaml(path), str(path))
-    for name in claim.sweeps:
-        if not (folder / name).is_file():
-            raise SpecError(str(path), "sweeps", f"{name}: no such file in {folder}")
+    for key in ("sweeps", "credit"):
+        for name in getattr(claim, key):
+            if not (folder / name).is_file():
+                raise SpecError(str(path), key, f"{name}: no such file in {folder}")
     return claim
 
 

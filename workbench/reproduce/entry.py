@@ -8,7 +8,9 @@ table (``table_SWEEP.csv`` and ``.md``), the figures the claim names, a CSV per 
 (``curve_SWEEP_METRIC.csv``: per step, each method's IQM over its best trial's seeds, held-out
 seeds where the sweep ran them), the paper's numbers beside ours (``paper_vs_ours.csv`` and
 ``.md``) where it gives them, ``checks.json`` and ``run.json`` (the command, CPU and wall
-seconds, commit).
+seconds, commit). For each credit spec of the claim (merged with its ``quick`` keys): the
+spec as run goes to ``WORK/NAME.yaml``, ``workbench credit`` writes into ``WORK/credit/``,
+and its table and figure are kept as ``credit_STUDY.csv``, ``.md`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,34 @@ def specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list[Path]:
     return written
 
 
+def credit_specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list:
+    """Each credit spec as it will run, written into ``work`` and checked (its plan)."""
+    from workbench import spec
+    from workbench.credit import plan as credit_plan
+
+    plans = []
+    for name in claim.credit:
+        document = spec.read_yaml(folder / name)
+        if quick:
+            document = merged(document, claim.quick.get(name, {}))
+        path = work / name
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        plans.append(credit_plan.load(path))
+    return plans
+
+
+def run_credit(plan, work: Path, results: Path, say: Callable[[str], None]) -> None:
+    """Run one credit study into ``work/credit/NAME`` and keep its table and figure."""
+    import torch
+
+    from workbench.credit import entry as credit
+
+    out = work / "credit" / plan.name
+    credit.run(plan, out, torch.device("cpu"), say=say)
+    for source, kept in (("table.csv", ".csv"), ("table.md", ".md"), ("figure.png", ".png")):
+        shutil.copyfile(out / source, results / f"credit_{plan.name}{kept}")
+
+
 def merged(base: dict, extra: dict) -> dict:
     """``base`` with ``extra``'s keys, mappings merged key by key, anything else replaced."""
     out = dict(base)
@@ -110,6 +140,7 @@ def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, comm
     commit = _commit()  # before the results files it replaces count as changes
     prepare(places)
     paths = specs(claim, folder, places.work, quick)
+    plans = credit_specs(claim, folder, places.work, quick)
     engine.quiet_libraries()
     names = []
     for path in paths:
@@ -128,6 +159,9 @@ def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, comm
                 places.results / checks.curve_file(sweep.name, metric), index=False,
                 float_format="%.6g")
         names.append(sweep.name)
+    for plan in plans:
+        say(f"{name}: credit {plan.name}")
+        run_credit(plan, places.work, places.results, say)
     if claim.paper is not None:
         paper_table(claim, places.results, names)
     outcomes = checks.evaluate(claim, places.results, names, quick)
