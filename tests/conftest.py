@@ -85,8 +85,10 @@ def files_under(path: Path) -> set[Path]:
 
 from tests.postgres import postgres  # noqa: E402,F401  (the session's PostgreSQL server)
 
-# entries a test session may leave at the repository's root (caches, all git-ignored)
-ROOT_CACHES = frozenset({"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache"})
+# entries a test session may leave at the repository's root (all git-ignored): caches, and
+# test-artifacts/, where tests/test_ui_browser.py keeps its screenshots to be looked at
+ROOT_CACHES = frozenset({"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache",
+                         "test-artifacts"})
 
 
 @pytest.fixture(scope="session", autouse=True)

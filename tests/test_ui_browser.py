@@ -173,7 +173,8 @@ def test_the_ui_lands_on_trials_with_their_columns_and_charts_by_method(write_sp
             assert parent == min(finished, key=finished.get), (method, objective)
 
         # The metric chart grouped by method: one aggregated line per method, drawn.
-        chart_url = links["train/loss by method (mean of the finished seed runs)"]
+        chart_url = links["train/loss by method (mean of its best trial's seed runs, as in the "
+                          "report)"]
         seen = {"dom": ""}
 
         def grouped_chart_drawn() -> bool:
