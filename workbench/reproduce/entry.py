@@ -78,30 +78,31 @@ def specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list[Path]:
 
     written = []
     for name in claim.sweeps:
-        document = spec.read_yaml(folder / name)
-        if quick:
-            document = merged(document, claim.quick.get(name, {}))
-        path = work / name
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        path = written_spec(claim, folder, work, name, quick)
         spec.load(path, storage=storage_url(work), device="cpu")  # bad input: before running
         written.append(path)
     return written
 
 
+def written_spec(claim: Claim, folder: Path, work: Path, name: str, quick: bool) -> Path:
+    """The claim's spec ``name`` written into ``work`` as it will run (merged with the
+    claim's quick keys under ``quick``)."""
+    from workbench import spec
+
+    document = spec.read_yaml(folder / name)
+    if quick:
+        document = merged(document, claim.quick.get(name, {}))
+    path = work / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
 def credit_specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list:
     """Each credit spec as it will run, written into ``work`` and checked (its plan)."""
-    from workbench import spec
     from workbench.credit import plan as credit_plan
 
-    plans = []
-    for name in claim.credit:
-        document = spec.read_yaml(folder / name)
-        if quick:
-            document = merged(document, claim.quick.get(name, {}))
-        path = work / name
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
-        plans.append(credit_plan.load(path))
-    return plans
+    return [credit_plan.load(written_spec(claim, folder, work, name, quick))
+            for name in claim.credit]
 
 
 def run_credit(plan, work: Path, results: Path, say: Callable[[str], None]) -> None:
