@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.stats import steps_to_target
+
 SLOPE_POINTS = 50
 
 
@@ -59,11 +61,11 @@ class Reach:
 def first_reach(x, values, target: float, direction: str = "maximize") -> Reach:
     """The first x whose value reaches ``target`` (>= when maximizing, <= when minimizing),
     else the last x, censored; NaN (censored) for an empty curve."""
-    x, v = np.asarray(x, dtype=float), np.asarray(values, dtype=float)
+    x = np.asarray(x, dtype=float)
     if x.size == 0:
         return Reach(math.nan, True)
-    hit = np.flatnonzero(v >= target if direction == "maximize" else v <= target)
-    return Reach(float(x[hit[0]]), False) if hit.size else Reach(float(np.nanmax(x)), True)
+    reached = steps_to_target(x, values, target, direction)
+    return Reach(reached, False) if not math.isnan(reached) else Reach(float(np.nanmax(x)), True)
 
 
 def km_median(reaches: list[Reach]) -> float:
