@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import study_name, tiny_spec
+from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import communicate, kill, scaled, tail, wait_until
 
 
@@ -93,3 +93,110 @@ sys.meta_path.insert(0, _InterruptAt())
     assert result.returncode == 130, (result.returncode, result.stderr)
     assert result.stderr == "interrupted; run the same command again to continue\n"
     assert not (tmp_path / "store.db").exists()
+
+
+# A child Python whose PYTHONPATH holds this hook runs no task: each trial's first seed writes
+# a file named by its process id into WORKBENCH_TEST_HOLD and waits there until interrupted, so
+# the test sends its signal while every worker is inside a trial, whatever the machine's speed.
+_HOLD_HOOK = '''
+import importlib.machinery, os, sys, time
+from pathlib import Path
+
+HOLD = os.environ.get("WORKBENCH_TEST_HOLD")
+
+
+class _Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name != "workbench.engine.trial":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+
+            def held(*args, **kwargs):
+                Path(HOLD, str(os.getpid())).touch()
+                while True:
+                    time.sleep(0.05)
+
+            module.execute = held
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if HOLD:
+    sys.meta_path.insert(0, _Hold())
+'''
+
+
+def _counts(table: str) -> list[str]:
+    """The done, pruned, failed and running columns of `workbench status`'s one study."""
+    lines = table.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("study "))
+    header, row = lines[head], lines[head + 2]  # cells start where their column's name does
+    return [row[header.index(f" {name} ") + 1:].split()[0]
+            for name in ("done", "pruned", "failed", "running")]
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["sequential", "two-workers"])
+def test_ctrl_c_requeues_the_running_trials_instead_of_failing_them(workers, write_spec,
+                                                                   tmp_path):
+    """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while every worker
+    runs a trial: one line, exit code 130, no trial counted failed; the same command then
+    runs the interrupted trials again and ends with exactly the trials the spec asks for."""
+    hooks, held = tmp_path / "hooks", tmp_path / "held"
+    hooks.mkdir()
+    held.mkdir()
+    (hooks / "sitecustomize.py").write_text(_HOLD_HOOK)
+    db = tmp_path / "store.db"
+    path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
+                                storage=f"sqlite:///{db}"))
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "WORKBENCH_TEST_HOLD": str(held),
+           "PYTHONPATH": os.pathsep.join([str(hooks), root])}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
+                             "--workers", str(workers)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+    def all_held():
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep exited with code {proc.returncode} before its "
+                                 f"trials started: {tail(proc.stderr.read())}")
+        return len(list(held.iterdir())) == workers
+
+    try:
+        wait_until(all_held, f"{workers} worker(s) inside a trial", 300,
+                   describe_state=lambda: f"{len(list(held.iterdir()))} inside a trial")
+    except BaseException:
+        kill(proc)
+        proc.wait()
+        raise
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = communicate(proc, "the sweep to exit after Ctrl-C", 300)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err == f"interrupted: {workers} trial(s) requeued; run the same command again to " \
+                  "continue\n", err
+    status = run_cli("status", str(path), cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert _counts(status.stdout) == ["0/2", "0", "0", "0"], status.stdout
+    assert "failed trial" not in status.stdout
+
+    again = run_cli("sweep", str(path), "--quiet", "--workers", str(workers), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    trials = optuna.load_study(study_name=study_name(f"sqlite:///{db}", "tiny.step_size=constant"),
+                               storage=f"sqlite:///{db}").get_trials()
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
+    assert sum(t.state == TrialState.FAIL for t in trials) == workers  # the interrupted ones
+    status = run_cli("status", str(path), cwd=tmp_path)
+    assert _counts(status.stdout) == ["2/2", "0", "0", "0"], status.stdout
+    from workbench.report.data import SweepRef, read_sweep
+    from workbench.report.tables import _row
+
+    data = read_sweep(SweepRef("tiny", f"sqlite:///{db}"))
+    (method,) = data.methods
+    row = _row(data, method, data.options)
+    assert (row["trials"], row["failed"]) == ("2/2", 0)  # the report's counts

@@ -807,8 +807,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted; run the same command again to continue", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        requeued = getattr(err, "requeued", None)  # a sweep's (``engine.Interrupted``)
+        said = "" if requeued is None else f": {requeued} trial(s) requeued"
+        print(f"interrupted{said}; run the same command again to continue", file=sys.stderr)
         return 130
 
 

@@ -41,6 +41,9 @@ FIDELITY = "workbench.fidelity"  # one fidelity or "mixed"; FIDELITY + ".SLOT": 
 SEED_TAG = "workbench.seed"
 FAIL_REASON = "workbench.fail_reason"
 PRUNE_REASON = "workbench.prune_reason"
+# on a trial run ended by an interrupt (Ctrl-C, SIGTERM): its trial is queued again, so the run
+# counts as no trial (neither failed nor used) in the report
+INTERRUPTED = "workbench.interrupted"
 PRUNE_DETAIL = "workbench.prune_detail"
 UNUSED_KNOBS = "workbench.unused_knobs"
 EVALUATES = "workbench.evaluates_trial"

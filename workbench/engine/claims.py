@@ -23,6 +23,10 @@ running only those (``TrialRunner.extend``, ``end_extension``). A recomputed obj
 written to the trial run (metric ``objective`` at a later step, tag ``runs.OBJECTIVE_SEEDS``)
 first, then replaces the Optuna trial's value (``WorkerStorage.replace_value``), then the
 trial's seed record: a kill in between leaves the trial to recompute again.
+
+An interrupted trial (Ctrl-C, SIGTERM: its worker marks it ``interrupted``) is no failure: the
+next claim queues its parameters again (``requeue_interrupted``), and no count of failures
+includes it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from workbench.engine import trial_seeds
 from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's names)
     best_trial,
     failure_stop,
+    interrupted,
     raised_count,
     worker_died,
 )
@@ -252,9 +257,23 @@ class Claims:
         if self._fail_dead_trials(trials):
             trials = study.get_trials(deepcopy=False)
         self._close_orphans(study, trials)
-        if self._retry_crashed(study, trials):
+        if self._retry_crashed(study, trials) | bool(requeue_interrupted(study, trials)):
             trials = study.get_trials(deepcopy=False)
         return trials
+
+    def requeue(self, plans: list[StudyPlan]) -> int:
+        """Queue the interrupted trials of ``plans``' studies again (each under its lock), as
+        the next claim would; how many were queued now (for the user's line after Ctrl-C)."""
+        existing = {s.study_name for s in optuna.get_all_study_summaries(self.storage, False)}
+        queued = 0
+        for plan in plans:
+            if plan.name not in existing:
+                continue
+            with self.store.lock(plan.name), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                study = optuna.load_study(study_name=plan.name, storage=self.storage)
+                queued += requeue_interrupted(study, study.get_trials(deepcopy=False))
+        return queued
 
     def _may_claim(self, plan: StudyPlan, trials) -> bool:
         """Fewer finished plus running trials than the study asks for, and failures left.
@@ -286,8 +305,7 @@ class Claims:
         again, once, when the spec says so (``retry_crashed``); whether any was queued."""
         if not self.sweep.spec.retry_crashed:
             return False
-        crashed = [t for t in trials if t.state == TrialState.FAIL
-                   and "fail_reason" not in t.user_attrs and t.params]
+        crashed = [t for t in trials if worker_died(t) and t.params]
         if not crashed:
             return False  # no study attributes to read
         marks, queued = study.user_attrs, False
@@ -347,6 +365,24 @@ class Claims:
         reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("interrupted")
                   or "worker died")
         runs.finish_run(self.client, run_id, "fail", tags={runs.FAIL_REASON: reason})
+
+
+def requeue_interrupted(study: optuna.Study, trials) -> int:
+    """Queue each interrupted trial of ``study`` (``outcomes.interrupted``) again with its
+    parameters, once (the study's ``requeued.N`` marks it; called under the claim lock): an
+    interrupt is no failure, the trial runs again when the sweep is resumed. How many were
+    queued now."""
+    found = [t for t in trials if interrupted(t)]
+    if not found:
+        return 0  # no study attributes to read
+    marks, queued = study.user_attrs, 0
+    for t in found:
+        if f"requeued.{t.number}" not in marks:
+            study.enqueue_trial(t.params, user_attrs={"requeue_of": t.number},
+                                skip_if_exists=False)
+            study.set_user_attr(f"requeued.{t.number}", True)
+            queued += 1
+    return queued
 
 
 def _recorded_trials(run) -> int | None:

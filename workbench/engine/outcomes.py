@@ -30,6 +30,12 @@ def raised_count(trials) -> int:
     return sum(state(t) == "FAIL" and "fail_reason" in t.user_attrs for t in trials)
 
 
+def interrupted(trial) -> bool:
+    """A trial failed by an interrupt (Ctrl-C, SIGTERM): not a failure of its method, and
+    queued again with its parameters (``Claims``), so no count of failures includes it."""
+    return state(trial) == "FAIL" and "interrupted" in trial.user_attrs
+
+
 def worker_died(trial) -> bool:
     """A failed trial that did not fail itself: its worker was killed or it was found dead."""
     return (state(trial) == "FAIL"

@@ -15,7 +15,13 @@ import sqlalchemy as sa
 
 from workbench import fingerprint, optuna_tables, runs, selection
 from workbench.engine import trial_seeds
-from workbench.engine.outcomes import FINISHED_STATES, best_trial, failure_stop, state
+from workbench.engine.outcomes import (
+    FINISHED_STATES,
+    best_trial,
+    failure_stop,
+    interrupted,
+    state,
+)
 from workbench.study_record import StudyRecord
 
 if TYPE_CHECKING:  # either, the second kept between calls (`workbench.resolved`)
@@ -76,11 +82,12 @@ def _status(name: str, label: str, total: int, sweep: Sweep | ResolvedSweep, sto
         last = selection.cutoff(((t.number, state(t) in FINISHED_STATES) for t in trials),
                                 total)
         for t in trials:
+            if interrupted(t):  # queued again: the trial that replaces it counts
+                continue
             if state(t) == "RUNNING" or selection.counted(t.number, last):
                 counts[state(t)] += 1
                 if state(t) == "FAIL":
-                    reasons.append(t.user_attrs.get("fail_reason")
-                                   or t.user_attrs.get("interrupted", "worker died"))
+                    reasons.append(t.user_attrs.get("fail_reason", "worker died"))
         counted = [t for t in trials if selection.counted(t.number, last)]
         ranked = trial_seeds.ranked(counted, attrs, sweep.seeds)
         other = len(counted) - len(ranked)

@@ -7,7 +7,9 @@ over the seeds' monitors), close the runs, tell Optuna. Runs are opened and clos
 The trial's objective is its per-seed objectives aggregated as the spec says; the per-seed
 objectives go with it (``workbench.engine.trial_seeds``). A ``StopRun`` from a seed prunes the
 trial; any other exception fails it (its traceback is logged to the trial run); an interrupt
-(KeyboardInterrupt, SystemExit) fails it too and propagates.
+(KeyboardInterrupt, SystemExit) fails it too, marked ``interrupted`` (its run tagged
+``runs.INTERRUPTED``) so that it is queued again and counted as no failure
+(``claims.requeue_interrupted``), and propagates.
 
 ``extend`` runs only the seeds a finished trial lacks, after the sweep asked for more seeds:
 each in a new seed run below the trial's own run, on a seed axis over just those seeds where
@@ -378,8 +380,12 @@ class TrialRunner:
         reason = f"{type(err).__name__}: {err}"[:500]
         try:
             self.client.log_text(opened.run_id, text, "traceback.txt")
-            key = "fail_reason" if isinstance(err, Exception) else "interrupted"
-            opened.trial.set_user_attr(key, reason)
-            self.writer.finish([RunEnd(opened.run_id, "fail", tags={runs.FAIL_REASON: reason})])
+            tags = {runs.FAIL_REASON: reason}
+            if isinstance(err, Exception):
+                opened.trial.set_user_attr("fail_reason", reason)
+            else:
+                opened.trial.set_user_attr("interrupted", reason)
+                tags[runs.INTERRUPTED] = "true"
+            self.writer.finish([RunEnd(opened.run_id, "fail", tags=tags)])
         finally:
             opened.study.tell(opened.trial, state=TrialState.FAIL)

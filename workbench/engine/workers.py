@@ -115,6 +115,26 @@ class Worker:
                              ended.reason)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended the sweep: ``requeued`` interrupted trials run again when it is resumed."""
+
+    def __init__(self, requeued: int):
+        super().__init__(requeued)
+        self.requeued = requeued
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """SIGINT ignored while the block runs: a process started inside inherits that (Python
+    then installs no handler of its own), so Ctrl-C reaches the sweep's process alone, which
+    stops its workers in order (SIGTERM) instead of each printing its own traceback."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def terminate_gracefully() -> None:
     """Turn SIGTERM into SystemExit, so runs are flushed and marked before the process ends."""
 
@@ -136,6 +156,7 @@ def _worker_main(source: str, storage: str, artifacts: str | None, device: str, 
     """The entry point of a spawned worker process: it runs the studies the parent set up,
     and stops (exit 2) when the spec or the code changed in between. ``gpu``: the one GPU
     this process sees (``gpu_for_worker``), set before anything initialises CUDA."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this worker (SIGTERM)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     quiet_libraries()
@@ -243,14 +264,20 @@ def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say
                                        str(resolved), i, threads, gpu_for_worker(i, gpus),
                                        [plan.fingerprint for plan in sweep.studies], held_out))
                  for i in range(workers)]
-        for proc in procs:
-            proc.start()
+        with sigint_ignored():
+            for proc in procs:
+                proc.start()
         try:
             # every process asked each time: is_alive() also reaps one that has ended, and a
             # zombie would still look alive to the claim protocol's liveness check
             while any([p.is_alive() for p in procs]):
                 time.sleep(1.0)
                 refresh()  # nothing read when not live
+        except KeyboardInterrupt:  # each worker marks its trial interrupted and ends
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+            raise
         finally:
             for proc in procs:
                 proc.join()
@@ -258,6 +285,20 @@ def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say
         if bad:
             raise RuntimeError(f"{len(bad)} worker(s) exited with codes {bad}")
 
+    try:
+        _rounds(sweep, store, storage, work, say)
+    except KeyboardInterrupt:
+        requeued = Claims(sweep, store, storage, store.mlflow_client()).requeue(sweep.studies)
+        raise Interrupted(requeued) from None
+    final = study_status(sweep, store)
+    if progress:
+        progress(final)
+    return final
+
+
+def _rounds(sweep: Sweep, store: Store, storage, work, say) -> None:
+    """``work`` on the sweep's trials (and the first held-out seeds), then held-out rounds
+    until the evaluation's rule is met."""
     plan = sweep.evaluation
     count = plan.first if plan else 0
     work(plan.seeds[:count] if plan else [])
@@ -271,10 +312,6 @@ def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say
         count = min(count + plan.step, len(plan.seeds))
         say(f"held-out seeds: the best two intervals overlap; {count} seeds next")
         work(plan.seeds[:count])
-    final = study_status(sweep, store)
-    if progress:
-        progress(final)
-    return final
 
 
 def _record_outcome(store: Store, sweep: Sweep, outcome, say) -> None:

@@ -211,6 +211,8 @@ def _method(data: SweepData, study: pd.Series, record: StudyRecord, objective: p
     frame = data.runs
     trials = frame[(frame[runs.KIND] == runs.TRIAL)
                   & (frame[runs.STUDY_NAME] == study[runs.STUDY_NAME])].copy()
+    if runs.INTERRUPTED in trials:  # queued again: the trial that replaced it counts
+        trials = trials[trials[runs.INTERRUPTED].isna()]
     trials["objective"] = trials["run_id"].map(objective)
     trials["number"] = trials["optuna.trial_number"].astype(int)
     trials["reason"] = trials.get(runs.PRUNE_REASON)
