@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
+from tests.held_trials import holding_trials
 from tests.waiting import communicate, kill, scaled, tail, wait_until
 
 
@@ -95,43 +96,6 @@ sys.meta_path.insert(0, _InterruptAt())
     assert not (tmp_path / "store.db").exists()
 
 
-# A child Python whose PYTHONPATH holds this hook runs no task: each trial's first seed writes
-# a file named by its process id into WORKBENCH_TEST_HOLD and waits there until interrupted, so
-# the test sends its signal while every worker is inside a trial, whatever the machine's speed.
-_HOLD_HOOK = '''
-import importlib.machinery, os, sys, time
-from pathlib import Path
-
-HOLD = os.environ.get("WORKBENCH_TEST_HOLD")
-
-
-class _Hold:
-    def find_spec(self, name, path=None, target=None):
-        if name != "workbench.engine.trial":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        load = spec.loader.exec_module
-
-        def exec_module(module):
-            load(module)
-
-            def held(*args, **kwargs):
-                Path(HOLD, str(os.getpid())).touch()
-                while True:
-                    time.sleep(0.05)
-
-            module.execute = held
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if HOLD:
-    sys.meta_path.insert(0, _Hold())
-'''
-
-
 def _counts(table: str) -> list[str]:
     """The done, pruned, failed and running columns of `workbench status`'s one study."""
     lines = table.splitlines()
@@ -147,16 +111,10 @@ def test_ctrl_c_requeues_the_running_trials_instead_of_failing_them(workers, wri
     """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while every worker
     runs a trial: one line, exit code 130, no trial counted failed; the same command then
     runs the interrupted trials again and ends with exactly the trials the spec asks for."""
-    hooks, held = tmp_path / "hooks", tmp_path / "held"
-    hooks.mkdir()
-    held.mkdir()
-    (hooks / "sitecustomize.py").write_text(_HOLD_HOOK)
+    env, held = holding_trials(tmp_path)
     db = tmp_path / "store.db"
     path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
                                 storage=f"sqlite:///{db}"))
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "WORKBENCH_TEST_HOLD": str(held),
-           "PYTHONPATH": os.pathsep.join([str(hooks), root])}
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
                              "--workers", str(workers)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -138,32 +138,17 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-WORKERS_PER_CPU = 4  # local worker processes beyond this many per CPU only thrash memory
-
-
-def _check_workers(workers: int | None, ray: bool) -> None:
-    """UsageError for a worker count that cannot run: below 1, or (without Ray) more than
-    WORKERS_PER_CPU x os.cpu_count() processes on this machine."""
-    import os
-
-    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
-    if workers is None:
-        return
-    if workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if not ray and workers > most:
-        raise UsageError(f"--workers {workers} is more than this machine can run; allowed: "
-                         f"1 to {most} ({WORKERS_PER_CPU} x {os.cpu_count() or 1} CPUs), or "
-                         "--ray for more")
-
-
 def cmd_sweep(args) -> int:
     from workbench import spec
 
     sweep = spec.load(args.spec, storage=args.storage)
     if args.artifact_root is not None:
         sweep = sweep.with_artifact_root(args.artifact_root)
-    _check_workers(args.workers, ray=args.ray is not None or sweep.spec.launcher.name == "ray")
+    if args.workers is not None:
+        from workbench.engine.limits import check_workers
+
+        check_workers(sweep, args.workers, args.ray is not None
+                      or sweep.spec.launcher.name == "ray")
     from workbench import (
         engine,  # after the spec: bad input never pays for MLflow's import
         resolved,

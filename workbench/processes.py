@@ -3,8 +3,11 @@ name of this host as the store records it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import sys
+import time
 
 
 def this_host() -> str:
@@ -24,6 +27,31 @@ def process_alive(pid: int) -> bool:
         return True
     return True
 
+
+def end_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """SIGTERM to this process once ``parent`` (its parent's pid) ends, even by SIGKILL: a
+    worker never outlives its sweep. Linux: the kernel sends it (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere, and as a fallback, a daemon thread sees ``os.getppid()`` change."""
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if os.getppid() != parent:  # it ended before the watch began
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 RAY_NODE = "WORKBENCH_RAY_NODE"  # set by a Ray worker (ray_launcher): the node it runs on
 

@@ -20,10 +20,11 @@ from workbench import runs
 from workbench.artifacts import check_reachable
 from workbench.engine.claims import Claims
 from workbench.engine.evaluation import Evaluator, decide, held_out_values
+from workbench.engine.limits import workers_to_start
 from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import make_pruner, setup
 from workbench.engine.trial import TrialRunner
-from workbench.processes import this_host
+from workbench.processes import end_with_parent, this_host
 from workbench.run_writer import RunWriter
 from workbench.sink import MetricSink
 from workbench.spec import SpecError, Sweep, device_kind, load
@@ -152,15 +153,17 @@ def quiet_libraries() -> None:
 
 def _worker_main(source: str, storage: str, artifacts: str | None, device: str, index: int,
                  threads: int, gpu: str | None, fingerprints: list[str],
-                 held_out: list[int]) -> None:
+                 held_out: list[int], parent: int | None = None) -> None:
     """The entry point of a spawned worker process: it runs the studies the parent set up,
     and stops (exit 2) when the spec or the code changed in between. ``gpu``: the one GPU
     this process sees (``gpu_for_worker``), set before anything initialises CUDA."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops this worker (SIGTERM)
+    terminate_gracefully()
+    if parent is not None:
+        end_with_parent(parent)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     quiet_libraries()
-    terminate_gracefully()
     torch.set_num_threads(threads)
     sweep = load(source, storage=storage).on_device(device_kind(device))
     if [plan.fingerprint for plan in sweep.studies] != fingerprints:
@@ -242,6 +245,9 @@ def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say
             progress(study_status(sweep, store))
 
     refresh()
+    if ray is None and workers > 1:  # no more processes than trials left to run
+        left = sum(max(0, s.total - s.finished - s.running) for s in study_status(sweep, store))
+        workers = workers_to_start(workers, left)
     threads = max(1, (os.cpu_count() or 1) // workers)
 
     spread = (resolved.type == "cuda" and resolved.index is None and workers > 1)
@@ -262,7 +268,8 @@ def _run_sweep(sweep: Sweep, workers: int, resolved: torch.device, progress, say
         procs = [context.Process(target=_worker_main,
                                  args=(sweep.source, sweep.storage, sweep.artifact_root,
                                        str(resolved), i, threads, gpu_for_worker(i, gpus),
-                                       [plan.fingerprint for plan in sweep.studies], held_out))
+                                       [plan.fingerprint for plan in sweep.studies], held_out,
+                                       os.getpid()))
                  for i in range(workers)]
         with sigint_ignored():
             for proc in procs:

@@ -1,0 +1,120 @@
+"""How many workers a sweep starts: a count beyond what can run is refused before anything is
+written, no more workers start than trials are left, and a worker never outlives its sweep."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli, tiny_spec
+from tests.held_trials import holding_trials
+from tests.waiting import communicate, tail, wait_until
+
+
+@pytest.mark.parametrize("workers", ["100000", "3"], ids=["beyond-the-cpus", "beyond-the-trials"])
+def test_a_worker_count_beyond_what_can_run_is_refused(workers, write_spec, tmp_path):
+    """The sweep has 2 trials (and a machine has at most 25,000 CPUs): exit 2, one line naming
+    --workers and the allowed range, no store."""
+    path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
+                                storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    result = run_cli("sweep", str(path), "--workers", workers, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: --workers: {workers}: ")
+    assert "allowed: 1 to 2" in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert not list(tmp_path.glob("store*")), "a refused sweep wrote its store"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return fields[0] != "Z"
+
+
+def _spawned_children(parent: int) -> list[int]:
+    """The worker processes (``multiprocessing`` spawned) whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(stat[1]) == parent and b"spawn_main" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def _held_sweep(path: Path, tmp_path: Path, workers: int, expected: int):
+    """``workbench sweep PATH --workers N`` with its trials held; (the process, the held
+    workers' process ids) once ``expected`` workers are inside a trial."""
+    env, held = holding_trials(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
+                             "--workers", str(workers)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+    def all_held():
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep exited with code {proc.returncode} before its "
+                                 f"trials started: {tail(proc.stderr.read())}")
+        return len(list(held.iterdir())) >= expected
+
+    try:
+        wait_until(all_held, f"{expected} worker(s) inside a trial", 300,
+                   describe_state=lambda: f"{len(list(held.iterdir()))} inside a trial")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc, [int(p.name) for p in held.iterdir()]
+
+
+def _kill_parent_and_wait_for_the_workers(proc, pids: list[int]) -> None:
+    try:
+        proc.kill()  # SIGKILL: nothing of the sweep's process runs to stop its workers
+        communicate(proc, "the killed sweep to end", 60)
+        wait_until(lambda: not any(_alive(pid) for pid in pids),
+                   "the workers of the killed sweep to end", 120,
+                   describe_state=lambda: f"alive: {[p for p in pids if _alive(p)]}")
+    finally:
+        for pid in pids:  # never left behind by a failing test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
+def test_a_kill_9_of_the_sweep_leaves_no_worker_running(write_spec, tmp_path):
+    path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
+                                storage=f"sqlite:///{tmp_path / 'store.db'}"))
+    proc, pids = _held_sweep(path, tmp_path, workers=2, expected=2)
+    assert sorted(pids) == sorted(_spawned_children(proc.pid))
+    _kill_parent_and_wait_for_the_workers(proc, pids)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
+def test_no_more_workers_start_than_trials_are_left(write_spec, tmp_path):
+    """Two of three trials done: `--workers 2` runs the one trial left in the sweep's own
+    process, starting no worker process."""
+    spec = tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
+                     storage=f"sqlite:///{tmp_path / 'store.db'}")
+    path = write_spec(spec)
+    first = run_cli("sweep", str(path), "--quiet", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    path.write_text(yaml.safe_dump({**spec, "trials": 3}, sort_keys=False))
+    proc, pids = _held_sweep(path, tmp_path, workers=2, expected=1)
+    try:
+        assert pids == [proc.pid] and _spawned_children(proc.pid) == []
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
