@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench.validation import Strict
 
@@ -24,7 +24,9 @@ MAX_STEPS = 10_000_000
 
 
 class Budget(Strict):
-    """When a run stops: whichever limit comes first (steps is always set)."""
+    """When a run stops: whichever limit comes first (steps is always set: 100 by default,
+    or ``MAX_STEPS`` when ``samples`` or ``wall_seconds`` is given without it, so that a
+    budget in samples is not also cut at 100 steps)."""
 
     steps: int = Field(100, ge=1, le=MAX_STEPS)
     samples: int | None = Field(None, ge=1)
@@ -37,6 +39,14 @@ class Budget(Strict):
         **dict.fromkeys(("time", "seconds", "wall_time", "walltime", "time_limit"),
                         "wall_seconds"),
     }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_unbounded_beside_another_limit(cls, data):
+        if (isinstance(data, dict) and "steps" not in data
+                and (data.get("samples") is not None or data.get("wall_seconds") is not None)):
+            return {**data, "steps": MAX_STEPS}
+        return data
 
     def spent(self, samples: int, seconds: float) -> bool:
         """Whether ``samples`` or ``seconds`` used so far reach their limit (steps are the

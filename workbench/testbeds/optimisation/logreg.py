@@ -40,6 +40,7 @@ from workbench.testbeds.optimisation.loop import (
     random_start,
     rows,
     train,
+    with_horizon,
 )
 from workbench.testbeds.optimisation.seed_axis import train_seeds
 
@@ -224,7 +225,8 @@ class LogReg(Task):
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problem = build_problem(params, seed, device, budget.steps)
+            problem = with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                   params.batch_size)
             optimizer = methods["step_size"].build(problem.variables, problem.info)
             return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
                          seed=seed, device=device, log=log,
@@ -232,7 +234,8 @@ class LogReg(Task):
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            problems = [with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                     params.batch_size) for seed in seeds]
             return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
                                budget=budget, seeds=seeds, device=device, log=log,
                                batch_method=methods.get("batch_size"), target=target_of(params))

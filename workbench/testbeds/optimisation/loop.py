@@ -132,6 +132,14 @@ class Problem:
     pure: Pure | None = None  # the same formulas, pure: the problem can run on a seed axis
 
 
+def with_horizon(problem: Problem, budget: Budget, batch_size: int | None) -> Problem:
+    """``problem`` with ``info['total_steps']``, the horizon of step-size schedules, set to the
+    steps ``budget`` allows at ``batch_size`` samples a step (all ``n_samples`` for a full
+    batch): a budget in samples plans its own steps."""
+    problem.info["total_steps"] = budget.planned_steps(batch_size or problem.n_samples)
+    return problem
+
+
 def grad_sq_per_seed(variables: list[torch.Tensor], n_seeds: int) -> torch.Tensor:
     """||grad||^2 of each seed's variables (float64, shape (n_seeds,)); one seed: n_seeds=1."""
     return sum((v.grad * v.grad).reshape(n_seeds, -1).sum(dim=1).double() for v in variables)

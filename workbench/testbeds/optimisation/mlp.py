@@ -35,6 +35,7 @@ from workbench.testbeds.optimisation.loop import (
     batches_per_epoch,
     pure_problem,
     train,
+    with_horizon,
 )
 from workbench.testbeds.optimisation.seed_axis import train_seeds
 
@@ -140,7 +141,8 @@ class MLP(Task):
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problem = build_problem(params, seed, device, budget.steps)
+            problem = with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                   params.batch_size)
             optimizer = methods["step_size"].build(problem.variables, problem.info)
             return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
                          seed=seed, device=device, log=log,
@@ -148,7 +150,8 @@ class MLP(Task):
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            problems = [with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                     params.batch_size) for seed in seeds]
             return train_seeds(problems, methods["step_size"], batch_size=params.batch_size,
                                budget=budget, seeds=seeds, device=device, log=log,
                                batch_method=methods.get("batch_size"))

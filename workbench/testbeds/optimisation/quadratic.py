@@ -22,6 +22,7 @@ from workbench.testbeds.optimisation.loop import (
     pure_problem,
     random_start,
     train,
+    with_horizon,
 )
 from workbench.testbeds.optimisation.seed_axis import train_seeds
 
@@ -61,14 +62,15 @@ class Quadratic(Task):
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problem = build_problem(params, seed, device, budget.steps)
+            problem = with_horizon(build_problem(params, seed, device, budget.steps), budget, None)
             optimizer = methods["step_size"].build(problem.variables, problem.info)
             return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
                          device=device, log=log)
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
-            problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+            problems = [with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                     None) for seed in seeds]
             return train_seeds(problems, methods["step_size"], batch_size=None, budget=budget,
                                seeds=seeds, device=device, log=log)
 

@@ -38,7 +38,14 @@ from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
 from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares
-from workbench.testbeds.optimisation.loop import Problem, Pure, matvec, pure_problem, train
+from workbench.testbeds.optimisation.loop import (
+    Problem,
+    Pure,
+    matvec,
+    pure_problem,
+    train,
+    with_horizon,
+)
 from workbench.testbeds.optimisation.seed_axis import train_seeds
 
 _L1_KEYS = ("radius", "condition_number", "noise")
@@ -326,12 +333,13 @@ class Simplex(Task):
     default_objective = "train/suboptimality"
 
     def run(self, params, methods, *, seed, device, budget, log):
-        problem = build_problem(params, seed, device, budget.steps)
+        problem = with_horizon(build_problem(params, seed, device, budget.steps), budget, None)
         optimizer = methods["step_size"].build(problem.variables, problem.info)
         return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
                      device=device, log=log)
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
-        problems = [build_problem(params, seed, device, budget.steps) for seed in seeds]
+        problems = [with_horizon(build_problem(params, seed, device, budget.steps), budget,
+                                 None) for seed in seeds]
         return train_seeds(problems, methods["step_size"], batch_size=None, budget=budget,
                            seeds=seeds, device=device, log=log)
