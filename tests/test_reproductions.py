@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -81,6 +82,27 @@ def test_a_slope_of_a_power_law_is_its_exponent():
     assert math.isnan(checks.loglog_slope(steps, values, 2000, 3000))
 
 
+def test_a_change_is_the_fitted_lines_rise_over_the_window(tmp_path):
+    """A change check reads a curve's drift: a noisy line rising 0.05 a step rises 4 over
+    steps 20-100 (and NaN where the window holds fewer than 3 steps)."""
+    from workbench.stats_claims import linear_change
+
+    steps = np.arange(1, 101, dtype=float)
+    noise = np.random.default_rng(0).normal(0, 0.5, steps.size)
+    values = 40 + 0.05 * steps + noise
+    assert linear_change(steps, values, 20, 100) == pytest.approx(4.0, abs=0.5)
+    assert math.isnan(linear_change(steps, values, 200, 300))
+    pd.DataFrame({"step": steps, "grpo": values, "dr": 40 + noise}).to_csv(
+        tmp_path / checks.curve_file("x", "train/len"), index=False)
+    claim = claims.Claim.model_validate({
+        "claim": "c", "reference": "r", "sweeps": ["sweep.yaml"], "curves": ["train/len"],
+        "checks": [{"says": "s", "op": ">", "left": {"method": "grpo", "change": "train/len",
+                                                    "window": [20, 100]},
+                    "right": {"method": "dr", "change": "train/len", "window": [20, 100]}}]})
+    [outcome] = checks.evaluate(claim, tmp_path, ["x"], quick=False)
+    assert outcome.passed and "change of grpo's train/len over steps 20-100" in outcome.detail
+
+
 def test_a_credit_reference_reads_its_estimators_row_at_g_and_n(tmp_path):
     """A check on a credit study reads the row of its table at the estimator, G and N."""
     (tmp_path / checks.credit_file("study")).write_text(
@@ -117,7 +139,9 @@ sweeps: [sweep.yaml]
     ("checks:\n  - {says: s, left: {method: a, column: iqm}, op: '=<', right: 1}\n",
      "checks[0].op", "allowed: <, <=, >, >=, =="),
     ("checks:\n  - {says: s, left: {method: a}, op: '<=', right: 1}\n", "checks[0].left",
-     "either column or slope"),
+     "one of column, slope or change"),
+    ("curves: [train/x]\nchecks:\n  - {says: s, left: {method: a, change: train/x}, "
+     "op: '>', right: 0}\n", "checks[0].left", "a change needs window"),
     ("quick: {other.yaml: {}}\nchecks:\n  - {says: s, left: {method: a, column: iqm}, "
      "op: '<=', right: 1}\n", "", "not among sweeps"),
     ("checks: []\n", "checks", "at least 1"),

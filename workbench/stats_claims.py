@@ -6,6 +6,9 @@ target with censoring. (Intervals over seeds are ``stats.interval``'s.)
   log-spaced t (each the logged t nearest to it, so each decade weighs the same): a = -1 is an
   O(1/t) rate, a = -2 an O(1/t^2) one. The one place the workbench fits a rate (the report's
   ``rates`` figure and the reproductions' slope checks).
+- ``linear_change``: the drift of a curve over a window [low, high] of x: the least-squares
+  slope b of y = c + b x on its points there, times (high - low), so a metric that rises by 4
+  over the window reads 4 however noisy its single steps.
 - ``first_reach``: the first x at which a curve reaches a target, or its last x, censored.
 - ``km_median``: the Kaplan-Meier median of such times with censoring (Kaplan & Meier,
   "Nonparametric estimation from incomplete observations", JASA 1958).
@@ -44,6 +47,17 @@ def loglog_fit(x, y, low: float, high: float,
 def loglog_slope(x, y, low: float, high: float, points: int = SLOPE_POINTS) -> float:
     """a of ``loglog_fit``: the exponent of y ~ C x^a over [low, high]; NaN when unfitted."""
     return loglog_fit(x, y, low, high, points)[0]
+
+
+def linear_change(x, y, low: float, high: float) -> float:
+    """b (high - low) for the least-squares line y = c + b x over the finite points with x in
+    [low, high]; NaN with fewer than 3 of them."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    usable = (x >= low) & (x <= high) & np.isfinite(y)
+    if np.unique(x[usable]).size < 3:
+        return math.nan
+    slope, _ = np.polyfit(x[usable], y[usable], 1)
+    return float(slope) * (high - low)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ without running anything.
 
 The slope of a curve is ``workbench.stats_claims.loglog_slope``: the least-squares fit of
 log(value) = a + b log(step) over the check's window, on 50 log-spaced steps (so each decade
-weighs the same): b = -1 is an O(1/t) rate, b = -2 an O(1/t^2) one.
+weighs the same): b = -1 is an O(1/t) rate, b = -2 an O(1/t^2) one. The change of a curve is
+``linear_change``: the fitted line's rise over the check's window.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.reproduce.claim import OPS, Check, Claim, Ref
-from workbench.stats_claims import loglog_slope
+from workbench.stats_claims import linear_change, loglog_slope
 
 
 def table_file(sweep: str) -> str:
@@ -65,9 +66,12 @@ class Results:
             if ref.method not in table.index or ref.column not in table.columns:
                 raise KeyError(f"{table_file(sweep)} has no {ref.describe()}")
             return float(table.loc[ref.method, ref.column])
-        curve = pd.read_csv(self.folder / curve_file(sweep, ref.slope))
-        return loglog_slope(curve["step"].to_numpy(float), curve[ref.method].to_numpy(float),
-                            *ref.window)
+        curve = pd.read_csv(self.folder / curve_file(sweep, ref.curve))
+        if ref.method not in curve.columns:
+            raise KeyError(f"{curve_file(sweep, ref.curve)} has no {ref.method}")
+        fit = loglog_slope if ref.slope is not None else linear_change
+        return fit(curve["step"].to_numpy(float), curve[ref.method].to_numpy(float),
+                   *ref.window)
 
 
 def evaluate(claim: Claim, folder: Path, sweeps: list[str], quick: bool) -> list[Outcome]:

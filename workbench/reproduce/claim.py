@@ -17,12 +17,14 @@ and the checks that decide whether the claim's shape holds, read from the result
         factor: 1.0                                  # right is multiplied by it
         full_only: false                             # true: not checked on --quick results
 
-A reference names a method (its label in the sweep) and either a ``column`` of the report's
+A reference names a method (its label in the sweep) and one of: a ``column`` of the report's
 results table (``table_SWEEP.csv``: ``iqm``, ``mean``, ``mean_high``, ``steps_to_target``, ...)
 or a ``slope``: the least-squares slope of log(value) against log(step) of that curve's CSV
-over ``window`` (steps), on 50 log-spaced steps. With ``credit: NAME`` (a credit spec's name)
-it names an estimator's row of that study's table (``credit_NAME.csv``) at group size ``G``
-and ``N`` continuations, and a ``column`` of it (``spearman``, ``sign_agreement_low``, ...).
+over ``window`` (steps), on 50 log-spaced steps; or a ``change``: the drift of that curve over
+``window``, the least-squares line's slope times the window's width (``linear_change``).
+With ``credit: NAME`` (a credit spec's name) it names an estimator's row of that study's
+table (``credit_NAME.csv``) at group size ``G`` and ``N`` continuations, and a ``column`` of
+it (``spearman``, ``sign_agreement_low``, ...).
 """
 
 from __future__ import annotations
@@ -42,14 +44,17 @@ OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a >
 
 
 class Ref(Strict):
-    """A number read from the results: a table column or a curve's log-log slope."""
+    """A number read from the results: a table column, a curve's log-log slope or its linear
+    change over a window."""
 
     method: str = Field(pattern=LABEL, description="the method's label in the sweep")
     sweep: str | None = Field(None, description="the sweep's name (default: the first)")
     column: str | None = Field(None, description="a column of the report's results table")
     slope: str | None = Field(None, description="a metric listed under curves")
+    change: str | None = Field(None, description="a metric listed under curves: its fitted "
+                                                 "change over window")
     window: tuple[float, float] | None = Field(None, description="steps [low, high] of the "
-                                                                 "slope's fit")
+                                                                 "slope's or change's fit")
     credit: str | None = Field(None, description="a credit study's name: the row of its "
                                                   "table at G and N")
     G: int | None = Field(None, ge=1, description="credit: the group size of the row")
@@ -57,22 +62,31 @@ class Ref(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Ref:
-        if (self.column is None) == (self.slope is None):
-            raise ValueError("give either column or slope")
-        if self.slope is not None and (self.window is None or not
-                                       0 < self.window[0] < self.window[1]):
+        if sum(kind is not None for kind in (self.column, self.slope, self.change)) != 1:
+            raise ValueError("give one of column, slope or change")
+        if self.curve is not None and (self.window is None or not
+                                       0 <= self.window[0] < self.window[1]):
+            raise ValueError(f"a {'slope' if self.slope else 'change'} needs window: "
+                             "[low, high] with 0 <= low < high")
+        if self.slope is not None and self.window[0] == 0:
             raise ValueError("a slope needs window: [low, high] with 0 < low < high")
         if (self.credit is not None) != (self.G is not None and self.N is not None) or \
                 (self.credit is not None and self.column is None):
             raise ValueError("a credit reference needs credit, G, N and a column (only)")
         return self
 
+    @property
+    def curve(self) -> str | None:
+        """The metric whose curve the reference reads (a slope's or a change's)."""
+        return self.slope or self.change
+
     def describe(self) -> str:
         if self.credit is not None:
             return f"{self.method}.{self.column} (credit {self.credit}, G={self.G}, N={self.N})"
         if self.column is not None:
             return f"{self.method}.{self.column}"
-        return f"slope of {self.method}'s {self.slope} over steps {self.window[0]:g}-" \
+        kind = "slope" if self.slope is not None else "change"
+        return f"{kind} of {self.method}'s {self.curve} over steps {self.window[0]:g}-" \
                f"{self.window[1]:g}"
 
 
@@ -113,9 +127,9 @@ class Claim(Strict):
             raise ValueError(f"quick names {', '.join(unknown)}, not among sweeps or credit")
         for check in self.checks:
             for ref in (check.left, check.right):
-                if isinstance(ref, Ref) and ref.slope is not None and \
-                        ref.slope not in self.curves:
-                    raise ValueError(f"a check's slope of {ref.slope} needs it under curves")
+                if isinstance(ref, Ref) and ref.curve is not None and \
+                        ref.curve not in self.curves:
+                    raise ValueError(f"a check's curve of {ref.curve} needs it under curves")
         return self
 
 
