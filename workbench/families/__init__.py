@@ -7,6 +7,7 @@ may ``require`` (each module's ``REQUIRABLE``, with meanings) and the contract c
     entropy     EntropyMethod; EntropySlot (coefficient; hook -> LossAdjustment)
     advantage   AdvantageMethod (a pure function: its caller side is one call)
     rl_slots    open_rl_slots: an RL loop's four slots opened in one call, in one order
+    rl_update   policy_step: one policy-gradient optimizer step on a minibatch's loss
     checks      check(cls), check_all(family): the contracts run on methods
 
 A method's ``requires`` names what the task must provide (``Task.provides``, names from
@@ -30,6 +31,12 @@ from workbench.families.entropy import (
     adjust_per_seed,
 )
 from workbench.families.rl_slots import RLSeedSlots, RLSlots, open_rl_seed_slots, open_rl_slots
+from workbench.families.rl_update import (
+    clip_gradients,
+    clip_per_seed,
+    policy_step,
+    policy_step_seeds,
+)
 from workbench.families.step_size import (
     StepSizeMethod,
     mean_over_steps,
@@ -50,7 +57,8 @@ __all__ = [
     "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment",
     "RLSeedSlots", "RLSlots", "StepSizeMethod", "ValueRequest", "monte_carlo_values",
     "open_rl_seed_slots", "open_rl_slots",
-    "adjust_per_seed", "advantage", "batch_size", "check", "check_all", "configurations", "entropy",
+    "adjust_per_seed", "advantage", "batch_size", "check", "check_all", "clip_gradients",
+    "clip_per_seed", "configurations", "entropy", "policy_step", "policy_step_seeds",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "seed_axis_info", "step_size",
     "step_size_taken", "step_sizes_taken",
 ]

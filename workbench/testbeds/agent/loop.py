@@ -50,9 +50,8 @@ from workbench.families import (
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
-    observe_rl_stats,
     open_rl_slots,
-    step_size_taken,
+    policy_step,
 )
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent.policy import Policy
@@ -355,32 +354,18 @@ def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
     for idx in minibatch_epochs(len(adv), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=order,
                                 device=adv.device):
-        stats: dict[str, float] = {}
+        def loss(idx=idx):
+            value, parts = _loss(policy, obs[idx], actions[idx], old[idx], adv[idx],
+                                 coefficient, slots.entropy, settings.clip)
+            if targets is not None:
+                value_loss = 0.5 * ((policy.value(obs[idx]) - targets[idx]) ** 2).mean()
+                value = value + settings.value_coef * value_loss
+                parts["train/value_loss"] = float(value_loss.detach())
+            return value, parts
 
-        def closure(backward: bool = True, idx=idx, stats=stats):
-            with torch.set_grad_enabled(backward):
-                loss, parts = _loss(policy, obs[idx], actions[idx], old[idx], adv[idx],
-                                    coefficient, slots.entropy, settings.clip)
-                if targets is not None:
-                    value_loss = 0.5 * ((policy.value(obs[idx]) - targets[idx]) ** 2).mean()
-                    loss = loss + settings.value_coef * value_loss
-                    parts["train/value_loss"] = float(value_loss.detach())
-            if not backward:
-                return loss.detach()
-            slots.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            params = [p for p in policy.parameters() if p.grad is not None]
-            norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-                    if settings.max_grad_norm is not None else torch.linalg.vector_norm(
-                        torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
-            if not stats:
-                stats.update(parts, **{"train/grad_norm": float(norm)})
-            return loss.detach()
-
-        slots.optimizer.step(closure)
-        stats["method/step_size"] = step_size_taken(slots.optimizer)
-        observe_rl_stats(slots.optimizer, approx_kl=stats["train/approx_kl"],
-                         episodic_return=success, update=update)
+        stats = policy_step(slots.optimizer, loss, params=list(policy.parameters()),
+                            max_grad_norm=settings.max_grad_norm, update=update,
+                            episodic_return=success)
         per_step.append(stats)
     return mean_over_steps(per_step)
 

@@ -48,9 +48,8 @@ from workbench import seeds
 from workbench.families import (
     mean_over_steps,
     minibatch_epochs,
-    observe_rl_stats,
     open_rl_slots,
-    step_size_taken,
+    policy_step,
 )
 from workbench.testbeds.agent.environment import NO_OP, AgentEnv, EnvFactory, Instance
 from workbench.testbeds.agent_lm.settings import TurnSettings
@@ -404,47 +403,34 @@ def _update(model, value_head, slots, turns: Turns, advantages: torch.Tensor,
     for idx in minibatch_epochs(len(adv), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=order,
                                 device=adv.device):
-        stats: dict[str, float] = {}
+        def loss(idx=idx):
+            log_probs, entropy, values = response_log_probs(
+                model, tokens, settings.temperature, value_head if targets is not None
+                else None, rows=idx)
+            mask = tokens.response_mask[idx]
+            adjusted = slots.entropy.adjust_policy_loss(
+                log_probs=log_probs, old_log_probs=old[idx], advantages=adv[idx],
+                mask=mask, entropy=entropy, clip=settings.clip)
+            pg_loss, pg_stats = ppo_clip_loss(
+                log_probs, old[idx], adv[idx], adjusted.mask,
+                clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
+                agg="token-mean", weight=adjusted.weight)
+            entropy_mean = aggregate(entropy, mask, "token-mean")
+            value = pg_loss - coefficient * entropy_mean + adjusted.extra_loss
+            parts = {"train/policy_loss": float(pg_loss.detach()),
+                     "train/entropy": float(entropy_mean.detach()),
+                     **{f"train/{k}": float(pg_stats[k]) for k in (
+                         "approx_kl", "clip_frac_low", "clip_frac_high", "clip_frac")},
+                     **adjusted.metrics}
+            if targets is not None:
+                value_loss = 0.5 * ((values[:, 0] - targets[idx]) ** 2).mean()
+                value = value + settings.value_coef * value_loss
+                parts["train/value_loss"] = float(value_loss.detach())
+            return value, parts
 
-        def closure(backward: bool = True, idx=idx, stats=stats):
-            with torch.set_grad_enabled(backward):
-                log_probs, entropy, values = response_log_probs(
-                    model, tokens, settings.temperature, value_head if targets is not None
-                    else None, rows=idx)
-                mask = tokens.response_mask[idx]
-                adjusted = slots.entropy.adjust_policy_loss(
-                    log_probs=log_probs, old_log_probs=old[idx], advantages=adv[idx],
-                    mask=mask, entropy=entropy, clip=settings.clip)
-                pg_loss, pg_stats = ppo_clip_loss(
-                    log_probs, old[idx], adv[idx], adjusted.mask,
-                    clip_low=float(adjusted.clip_low), clip_high=float(adjusted.clip_high),
-                    agg="token-mean", weight=adjusted.weight)
-                entropy_mean = aggregate(entropy, mask, "token-mean")
-                loss = pg_loss - coefficient * entropy_mean + adjusted.extra_loss
-                parts = {"train/policy_loss": float(pg_loss.detach()),
-                         "train/entropy": float(entropy_mean.detach()),
-                         **{f"train/{k}": float(pg_stats[k]) for k in (
-                             "approx_kl", "clip_frac_low", "clip_frac_high", "clip_frac")},
-                         **adjusted.metrics}
-                if targets is not None:
-                    value_loss = 0.5 * ((values[:, 0] - targets[idx]) ** 2).mean()
-                    loss = loss + settings.value_coef * value_loss
-                    parts["train/value_loss"] = float(value_loss.detach())
-            if not backward:
-                return loss.detach()
-            slots.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in params if p.grad is not None],
-                settings.max_grad_norm if settings.max_grad_norm is not None else math.inf)
-            if not stats:
-                stats.update(parts, **{"train/grad_norm": float(norm)})
-            return loss.detach()
-
-        slots.optimizer.step(closure)
-        stats["method/step_size"] = step_size_taken(slots.optimizer)
-        observe_rl_stats(slots.optimizer, approx_kl=stats["train/approx_kl"],
-                         episodic_return=success, update=update)
+        stats = policy_step(slots.optimizer, loss, params=params,
+                            max_grad_norm=settings.max_grad_norm, update=update,
+                            episodic_return=success)
         per_step.append(stats)
     model.eval()
     return mean_over_steps(per_step)

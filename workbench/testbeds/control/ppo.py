@@ -32,7 +32,6 @@ Metrics per update: their definitions are in ``workbench.metrics``.
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Literal
 
 import torch
@@ -43,8 +42,7 @@ from workbench.families import (
     LossAdjustment,
     mean_over_steps,
     minibatch_epochs,
-    observe_rl_stats,
-    step_size_taken,
+    policy_step,
 )
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.rollout import Rollout
@@ -95,36 +93,23 @@ def ppo_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Ro
     if settings.advantage_norm == "batch":
         adv = standardise(adv)
     per_step: list[dict[str, float]] = []
-    grad_norm = math.nan
+    params = list(agent.parameters())
     for idx in minibatch_epochs(adv.numel(), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=generator,
                                 device=adv.device):
         mb_adv = adv[idx]
         if settings.advantage_norm == "minibatch" and idx.numel() > 1:
             mb_adv = standardise(mb_adv)
-        stats: dict[str, float] = {}
 
-        def closure(backward: bool = True, idx=idx, mb_adv=mb_adv, stats=stats):
-            nonlocal grad_norm
-            with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
-                loss, parts = _minibatch_loss(
+        def loss(idx=idx, mb_adv=mb_adv):
+            with autocast(settings.precision, obs.device):
+                return _minibatch_loss(
                     agent, obs[idx], actions[idx], old_log_probs[idx], old_values[idx],
                     mb_adv, ret[idx], entropy_coef, entropy_slot, settings)
-            if not backward:
-                return loss.detach()
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            norm = _grad_norm(agent, settings.max_grad_norm)
-            if not stats:  # the first evaluation at this minibatch's starting point
-                stats.update(parts)
-                grad_norm = norm
-            return loss.detach()
 
-        optimizer.step(closure)
-        stats["train/grad_norm"] = grad_norm
-        stats["method/step_size"] = step_size_taken(optimizer)
-        observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
-                         episodic_return=episodic_return, update=update)
+        stats = policy_step(optimizer, loss, params=params,
+                            max_grad_norm=settings.max_grad_norm, update=update,
+                            episodic_return=episodic_return)
         per_step.append(stats)
     return mean_over_steps(per_step)
 
@@ -179,10 +164,3 @@ def combined_loss(pg_loss: torch.Tensor, value_loss: torch.Tensor, entropy: torc
     return loss, {"train/policy_loss": own[0], "train/value_loss": own[1],
                   "train/entropy": own[2]}
 
-
-def _grad_norm(agent: ActorCritic, max_norm: float | None) -> float:
-    params = [p for p in agent.parameters() if p.grad is not None]
-    if max_norm is None:
-        return float(torch.linalg.vector_norm(torch.stack(
-            [torch.linalg.vector_norm(p.grad) for p in params])))
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))

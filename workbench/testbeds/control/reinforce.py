@@ -16,16 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from workbench.families import (
-    EntropySlot,
-    LossAdjustment,
-    observe_rl_stats,
-    step_size_taken,
-)
+from workbench.families import EntropySlot, LossAdjustment, policy_step
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import (
     PPOSettings,
-    _grad_norm,
     autocast,
     combined_loss,
     standardise,
@@ -46,36 +40,28 @@ def reinforce_update(agent: ActorCritic, optimizer: torch.optim.Optimizer, rollo
     if settings.advantage_norm != "none":  # one batch: per batch and per minibatch coincide
         adv = standardise(adv)
     ret = returns.flatten()
-    stats: dict[str, float] = {}
 
-    def closure(backward: bool = True):
-        with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
+    def loss():
+        with autocast(settings.precision, obs.device):
             log_probs, entropy = agent.evaluate(obs, actions)
             row = (-1, 1)
             adjusted = entropy_slot.adjust_policy_loss(
                 log_probs=log_probs.view(row), old_log_probs=old_log_probs.view(row),
                 advantages=adv.view(row), mask=torch.ones_like(adv).view(row),
                 entropy=entropy.view(row), clip=settings.clip)
-            loss, parts = reinforce_loss(log_probs, entropy, agent.value(obs), adv, ret,
-                                         entropy_coef, adjusted, settings)
-        if not backward:
-            return loss.detach()
-        optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        norm = _grad_norm(agent, settings.max_grad_norm)
-        if not stats:
-            stats.update({**parts, **adjusted.metrics, "train/grad_norm": norm})
-        return loss.detach()
+            value, parts = reinforce_loss(log_probs, entropy, agent.value(obs), adv, ret,
+                                          entropy_coef, adjusted, settings)
+        return value, {**parts, **adjusted.metrics}
 
-    optimizer.step(closure)
-    with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
-        log_probs = agent.evaluate(obs, actions)[0]
-        stats["train/approx_kl"] = float(approx_kl(log_probs, old_log_probs,
-                                                   torch.ones_like(log_probs)))
-    stats["method/step_size"] = step_size_taken(optimizer)
-    observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
-                     episodic_return=episodic_return, update=update)
-    return stats
+    def kl_moved(stats: dict[str, float]) -> None:
+        with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
+            log_probs = agent.evaluate(obs, actions)[0]
+            stats["train/approx_kl"] = float(approx_kl(log_probs, old_log_probs,
+                                                       torch.ones_like(log_probs)))
+
+    return policy_step(optimizer, loss, params=list(agent.parameters()),
+                       max_grad_norm=settings.max_grad_norm, update=update,
+                       episodic_return=episodic_return, after_step=kl_moved)
 
 
 def reinforce_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor,
