@@ -56,7 +56,7 @@ from workbench.families import (
     mean_over_steps,
     minibatch_epochs,
     open_rl_slots,
-    step_size_taken,
+    policy_step,
 )
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
@@ -351,6 +351,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         elif settings.tis_cap is not None:
             raise ValueError("tis_cap needs the sampler's log-probabilities, which this "
                              "rollout backend did not return")
+        mean_reward = float(batch.scores.mean())
         # 4. advantages
         inputs = _advantage_inputs(batch, values, needs, backend, settings,
                                     seeds.int_seed(seed, "baselines", step))
@@ -364,7 +365,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         with autocast(settings.precision, device):
             stats = _update(policy, value_head, optimizer, entropy_slot, batch, old_log_probs,
                             ref_log_probs, advantages, returns, values, coefficient, settings,
-                            generator, tis)
+                            generator, tis, update=step, mean_reward=mean_reward)
         train_seconds = time.perf_counter() - train_started
         # 6. the next rollout samples from the new weights
         sync_started = time.perf_counter()
@@ -381,7 +382,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         metrics = {
             **rollout_stats, **stats, **mismatch,
             "train/precision_bits": 16.0 if settings.precision == "bf16" else 32.0,
-            "train/reward": float(batch.scores.mean()),
+            "train/reward": mean_reward,
             "train/accuracy": float(batch.correct.float().mean()),
             "train/response_length": float(lengths.mean()),
             **lengths_by_correctness(lengths, batch.correct, "train"),
@@ -465,34 +466,25 @@ def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:
 
 def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Batch,
             old_log_probs, ref_log_probs, advantages, returns, old_values, coefficient,
-            settings: RLSettings, generator, tis=None) -> dict[str, float]:
+            settings: RLSettings, generator, tis=None, *, update: int,
+            mean_reward: float) -> dict[str, float]:
+    """``epochs`` x ``minibatches`` policy steps (``policy_step``) on the batch; ``mean_reward``
+    (the batch's mean reward, each completion an episode) and ``update`` (the rollout's
+    index) are the ``rl_stats`` a step-size method observes after each."""
     mask = batch.response_mask
     constant = loss_constant(settings, mask)
     per_step: list[dict[str, float]] = []
     for idx in minibatch_epochs(len(batch.scores), epochs=settings.epochs,
                                 minibatches=settings.minibatches, generator=generator,
                                 device=mask.device):
-        stats: dict[str, float] = {}
+        def loss(idx=idx):
+            return _loss(policy, value_head, entropy_slot, batch, idx, old_log_probs,
+                         ref_log_probs, advantages, returns, old_values, coefficient, settings,
+                         constant, tis)
 
-        def closure(backward: bool = True, idx=idx, stats=stats):
-            with torch.set_grad_enabled(backward):
-                loss, parts = _loss(policy, value_head, entropy_slot, batch, idx,
-                                    old_log_probs, ref_log_probs, advantages, returns,
-                                    old_values, coefficient, settings, constant, tis)
-            if not backward:
-                return loss.detach()
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            params = [p for p in optimizer.param_groups[0]["params"] if p.grad is not None]
-            norm = (torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-                    if settings.max_grad_norm else torch.nn.utils.clip_grad_norm_(
-                        params, float("inf")))
-            if not stats:
-                stats.update(parts, **{"train/grad_norm": float(norm)})
-            return loss.detach()
-
-        optimizer.step(closure)
-        stats["method/step_size"] = step_size_taken(optimizer)
+        stats = policy_step(optimizer, loss, params=optimizer.param_groups[0]["params"],
+                            max_grad_norm=settings.max_grad_norm, update=update,
+                            episodic_return=mean_reward)
         per_step.append(stats)
     return mean_over_steps(per_step)
 

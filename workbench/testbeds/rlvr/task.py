@@ -119,8 +119,9 @@ class RLVRArith(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "none", "advantage": "grpo"}
-    provides = frozenset({"closure", "rewards", "mask", "group_ids", "values", "dones",
-                          "terminated", "next_values", "reward_baselines", "group_rewards"})
+    provides = frozenset({"closure", "rl_stats", "rewards", "mask", "group_ids", "values",
+                          "dones", "terminated", "next_values", "reward_baselines",
+                          "group_rewards"})
     Params = RLVRParams
     metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
