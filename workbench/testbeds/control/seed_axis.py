@@ -16,8 +16,10 @@ others go on. The batch-size slot takes only schedules (``vectorised`` batch met
 
 ``time/wall_seconds`` is each seed's share of the batch's time (the batch's time / S), so
 ``time/env_steps_per_second`` is the throughput of all S seeds together.
-Step-size methods that ``observe`` RL statistics (``rl_stats``) get each seed's own after
-every optimizer step (a (S,) tensor each; the step-size family's seed-axis contract).
+Each optimizer step is ``families.policy_step_seeds`` (the sequential loops' ``policy_step``
+on the seed axis; this module supplies only the S losses): step-size methods that ``observe``
+RL statistics (``rl_stats``) get each seed's own after every optimizer step (a (S,) tensor
+each; the step-size family's seed-axis contract).
 """
 
 from __future__ import annotations
@@ -37,9 +39,8 @@ from workbench.families import (
     adjust_per_seed,
     mean_over_steps,
     minibatch_epochs,
-    observe_rl_stats,
     open_rl_seed_slots,
-    step_sizes_taken,
+    policy_step_seeds,
 )
 from workbench.testbeds.control.envs import TorchEnv
 from workbench.testbeds.control.loop import (
@@ -182,19 +183,6 @@ def _by_seed(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.flatten(0, 1) for t in tensors])
 
 
-def _clip_per_seed(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
-    """Each seed's gradient norm over its own parameters (S,), the gradients scaled as
-    ``torch.nn.utils.clip_grad_norm_`` scales one seed's: by min(1, max_norm / (norm + 1e-6))."""
-    norms = torch.stack([torch.linalg.vector_norm(p.grad.flatten(1), dim=1) for p in params],
-                        dim=1)
-    total = torch.linalg.vector_norm(norms, dim=1)
-    if max_norm is not None:
-        scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
-        for p in params:
-            p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
-    return total
-
-
 def _asked(live: list[bool], active: torch.Tensor | None) -> list[bool]:
     """The seeds whose loss an evaluation asks for: live ones, and of those only the ones
     in a line search's ``active`` mask (a stateful entropy hook, e.g. one that draws tokens at
@@ -250,40 +238,26 @@ def ppo_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Optimize
         if settings.advantage_norm == "minibatch" and idx.shape[1] > 1:
             mb_adv = torch.stack([standardise(a) for a in mb_adv])
         mb = [t[seed_rows, idx] for t in (obs, actions, old_log_probs, old_values, ret)]
-        stats: list[dict[str, float]] = []
-        norms: list[float] = []
 
-        def closure(backward: bool = True, active: torch.Tensor | None = None, mb=mb,
-                    mb_adv=mb_adv, stats=stats, norms=norms) -> torch.Tensor:
+        def loss(active: torch.Tensor | None, mb=mb, mb_adv=mb_adv):
             mb_obs, mb_actions, mb_old_lp, mb_old_v, mb_ret = mb
-            with torch.set_grad_enabled(backward), autocast(settings.precision, mb_obs.device):
+            with autocast(settings.precision, mb_obs.device):
                 log_probs, entropy = agent.evaluate(mb_obs, mb_actions)
                 adjusted, hook_metrics = _adjusted(entropy_slots, _asked(live, active),
                                                    log_probs, mb_old_lp, mb_adv, entropy,
                                                    settings.clip)
-                loss, parts = minibatch_loss(log_probs, entropy, agent.value(mb_obs),
-                                             mb_old_lp, mb_old_v, mb_adv, mb_ret, coef,
-                                             adjusted, settings)
-                loss = torch.where(alive, loss, torch.zeros_like(loss))
-                summed = loss.sum()  # one backward pass: seed s's loss reaches only its own
-            if not backward:
-                return loss.detach()
-            optimizer.zero_grad(set_to_none=False)
-            summed.backward()
-            total = _clip_per_seed(agent.parameters, settings.max_grad_norm)
-            if not stats:  # the first evaluation at this minibatch's starting point
-                stats.extend(_per_seed(parts, hook_metrics))
-                norms.extend(total.tolist())
-            return loss.detach()
+                value, parts = minibatch_loss(log_probs, entropy, agent.value(mb_obs),
+                                              mb_old_lp, mb_old_v, mb_adv, mb_ret, coef,
+                                              adjusted, settings)
+                value = torch.where(alive, value, torch.zeros_like(value))
+            return value, _per_seed(parts, hook_metrics)
 
-        optimizer.step(closure)
-        sizes = step_sizes_taken(optimizer, n_seeds)
+        stats = policy_step_seeds(optimizer, loss, params=agent.parameters,
+                                  max_grad_norm=settings.max_grad_norm, seeds=n_seeds,
+                                  update=update, episodic_returns=episodic_returns)
         for s in range(n_seeds):
             if live[s]:
-                per_step[s].append({**stats[s], "train/grad_norm": norms[s],
-                                    "method/step_size": sizes[s]})
-        observe_rl_stats(optimizer, approx_kl=[seed["train/approx_kl"] for seed in stats],
-                         episodic_return=episodic_returns, update=update)
+                per_step[s].append(stats[s])
     return [mean_over_steps(steps) if steps else {} for steps in per_step]
 
 
@@ -302,38 +276,25 @@ def reinforce_update_seeds(agent: SeedAxisActorCritic, optimizer: torch.optim.Op
         adv = torch.stack([standardise(a) for a in adv])
     coef = torch.tensor(coefs, dtype=adv.dtype, device=adv.device)
     alive = torch.tensor(live, device=adv.device)
-    stats: list[dict[str, float]] = []
 
-    def closure(backward: bool = True, active: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.set_grad_enabled(backward), autocast(settings.precision, obs.device):
+    def loss(active: torch.Tensor | None):
+        with autocast(settings.precision, obs.device):
             log_probs, entropy = agent.evaluate(obs, actions)
             adjusted, hook_metrics = _adjusted(entropy_slots, _asked(live, active), log_probs,
                                                old_log_probs, adv, entropy, settings.clip)
-            loss, parts = reinforce_loss(log_probs, entropy, agent.value(obs), adv, ret, coef,
-                                         adjusted, settings)
-            loss = torch.where(alive, loss, torch.zeros_like(loss))
-            summed = loss.sum()
-        if not backward:
-            return loss.detach()
-        optimizer.zero_grad(set_to_none=False)
-        summed.backward()
-        total = _clip_per_seed(agent.parameters, settings.max_grad_norm).tolist()
-        if not stats:
-            stats.extend({**seed, "train/grad_norm": norm}
-                         for seed, norm in zip(_per_seed(parts, hook_metrics), total,
-                                               strict=True))
-        return loss.detach()
+            value, parts = reinforce_loss(log_probs, entropy, agent.value(obs), adv, ret, coef,
+                                          adjusted, settings)
+            value = torch.where(alive, value, torch.zeros_like(value))
+        return value, _per_seed(parts, hook_metrics)
 
-    optimizer.step(closure)
-    sizes = step_sizes_taken(optimizer, n_seeds)
-    with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
-        log_probs = agent.evaluate(obs, actions)[0]
-        for s in range(n_seeds):
-            if live[s]:
-                stats[s]["train/approx_kl"] = float(approx_kl(
-                    log_probs[s], old_log_probs[s], torch.ones_like(log_probs[s])))
-                stats[s]["method/step_size"] = sizes[s]
-    observe_rl_stats(optimizer, approx_kl=[seed.get("train/approx_kl", math.nan)
-                                           for seed in stats],
-                     episodic_return=episodic_returns, update=update)
-    return stats
+    def kl_moved(stats: list[dict[str, float]]) -> None:
+        with torch.no_grad():  # one step from the sampling policy: measure the KL it moved
+            log_probs = agent.evaluate(obs, actions)[0]
+            for s in range(n_seeds):
+                if live[s]:
+                    stats[s]["train/approx_kl"] = float(approx_kl(
+                        log_probs[s], old_log_probs[s], torch.ones_like(log_probs[s])))
+
+    return policy_step_seeds(optimizer, loss, params=agent.parameters,
+                             max_grad_norm=settings.max_grad_norm, seeds=n_seeds, update=update,
+                             episodic_returns=episodic_returns, after_step=kl_moved)
