@@ -2,8 +2,9 @@
 method may require and the contract check.
 
 Caller side: a loop calls ``optimizer.step(closure)``, then ``step_size_taken(optimizer)``
-(``method/step_size``) and, in a policy-gradient loop, ``observe_rl_stats(optimizer, ...)``;
-a multi-epoch update steps over ``minibatch_epochs`` and logs ``mean_over_steps``.
+(``method/step_size``) and, in a policy-gradient loop, ``observe_rl_stats(optimizer, ...)``
+(all three done by ``rl_update.policy_step``, which every RL loop calls); a multi-epoch
+update steps over ``minibatch_epochs`` and logs ``mean_over_steps``.
 
 Contract check: 20 steps on a seeded float64 quadratic over two parameter tensors (a 2x2
 matrix and a 3-vector), with ``info`` giving total_steps=20, batches_per_epoch=1, f_star,

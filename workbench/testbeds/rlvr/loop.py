@@ -26,7 +26,10 @@ Per step k:
    with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
    (``shared.losses.aggregate``; ``seq-mean-token-sum-norm`` divides by ``loss_constant``'s
    constant), KL estimator ``kl_kind`` to the reference with weight
-   ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot;
+   ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot; each
+   minibatch is one ``families.policy_step`` (gradients clipped to ``max_grad_norm``, the
+   optimizer's step, then its ``observe`` with the minibatch's KL, the batch's mean reward as
+   the episodic return and k as the update: ``rl_stats``);
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
 ``precision: bf16`` runs every forward pass of the policy (and the reference) under bf16
