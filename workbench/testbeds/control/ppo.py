@@ -18,8 +18,9 @@ Per update u:
    of one token, ``token-mean``), which also gives ``approx_kl`` and the clip fractions;
    L_V = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)) with
    ``clip_value`` (else 0.5 mean((V - R)^2)); eps_low = eps_high = ``clip`` unless the entropy
-   method's ``policy_loss_hook`` sets them; gradients clipped to ``max_grad_norm`` in the
-   closure, then ``optimizer.step(closure)`` (the step-size slot) and ``observe_rl_stats``.
+   method's ``policy_loss_hook`` sets them; each minibatch is one ``families.policy_step``:
+   gradients clipped to ``max_grad_norm`` in its closure, ``optimizer.step(closure)`` (the
+   step-size slot) and ``observe_rl_stats``.
 
 ``precision="bf16"`` runs the update's forward passes under ``torch.autocast`` to bfloat16
 (matrix products in bf16; softmax, losses and reductions in fp32 as autocast chooses) while the
