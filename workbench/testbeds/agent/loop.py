@@ -38,15 +38,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
+    AdvantageBatch,
     AdvantageMethod,
+    compute_advantages,
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
@@ -108,22 +110,54 @@ class Episodes:
     rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
-        inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
-                  "anchor_ids": self.anchor_ids, "dones": self.dones,
-                  "terminated": self.terminated, "old_log_probs": self.log_probs}
-        if self.values is not None:
-            inputs |= {"values": self.values, "next_values": self.next_values}
-        rows, steps = self.mask.shape
-        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
-            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
-                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
-                       .view(rows, steps)}
-        else:
-            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
-        if self.rubric is not None:
-            inputs |= {"rubric": self.rubric, "rubric_weights": self.rubric_weights}
-        return inputs
+        """Every input ``episode_batch`` fills, as a dict."""
+        batch = episode_batch(self, group_ids)
+        return batch.inputs(batch.provided())
+
+
+#: the advantage inputs ``episode_batch`` fills from every batch of episodes (values and
+#: next_values only where a value head estimated them); with a rubric judge, also rubric and
+#: rubric_weights (``task.RUBRIC_INPUTS``)
+EPISODE_INPUTS = AdvantageBatch.names("rewards", "mask", "group_ids", "anchor_ids", "dones",
+                                      "terminated", "values", "next_values", "old_log_probs",
+                                      "tree_ids", "node_ids")
+
+
+class Played(Protocol):
+    """The (B, T) fields ``episode_batch`` reads, which ``Episodes`` and
+    ``agent_lm.turns.Turns`` share (each documents them)."""
+
+    rewards: torch.Tensor
+    mask: torch.Tensor
+    anchor_ids: torch.Tensor
+    dones: torch.Tensor
+    terminated: torch.Tensor
+    log_probs: torch.Tensor | None
+    values: torch.Tensor | None
+    next_values: torch.Tensor | None
+    tree_ids: torch.Tensor | None
+    node_ids: torch.Tensor | None
+
+
+def episode_batch(played: Played, group_ids: torch.Tensor) -> AdvantageBatch:
+    """The advantage batch of a (B episodes, T steps) batch, of the network loop
+    (``Episodes``) or the language-model turn loop (``agent_lm.turns.Turns``, T = turns):
+    ``old_log_probs`` = each step's sampling log-probability; independent rollouts (no
+    ``tree_ids``) are trees of one leaf each, ``node_ids`` = row * T + t."""
+    rows, steps = played.mask.shape
+    if played.tree_ids is None:
+        device = played.mask.device
+        trees = torch.arange(rows, device=device)
+        nodes = torch.arange(rows * steps, device=device).view(rows, steps)
+    else:
+        trees, nodes = played.tree_ids, played.node_ids
+    return AdvantageBatch(
+        rewards=played.rewards, mask=played.mask, group_ids=group_ids,
+        anchor_ids=played.anchor_ids, dones=played.dones, terminated=played.terminated,
+        old_log_probs=played.log_probs, values=played.values,
+        next_values=played.next_values if played.values is not None else None,
+        tree_ids=trees, node_ids=nodes, rubric=getattr(played, "rubric", None),
+        rubric_weights=getattr(played, "rubric_weights", None))
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
@@ -270,15 +304,15 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         env_steps += played
         group_ids = (episodes.groups if episodes.groups is not None
                      else torch.arange(m, device=device).repeat_interleave(g))
-        inputs = episodes.advantage_inputs(group_ids)
+        batch = episode_batch(episodes, group_ids)
         if "mc_values" in slots.advantage_inputs:
-            inputs["mc_values"], continued = mc_values_of(
+            mc_values, continued = mc_values_of(
                 slots.advantage, episodes, group_ids, [train_layouts[i] for i in chosen],
                 [int(i) for i in chosen], policy, rollouts, max_steps=max_steps,
                 device=device, make_env=make_env)
+            batch = replace(batch, mc_values=mc_values)
             env_steps += continued
-        advantages, returns = slots.advantage.compute(
-            **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
+        advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())

@@ -22,6 +22,7 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 
 from workbench import seeds
+from workbench.testbeds.agent.loop import EPISODE_INPUTS
 from workbench.testbeds.agent.task import (
     CRITIC_INPUTS,
     AgentTask,
@@ -33,13 +34,11 @@ from workbench.testbeds.agent.task import (
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 
-# the advantage slot's inputs the turn loop gives (``turns.Turns.advantage_inputs``), at the
-# turn level; values and next_values come from a turn-level value head the model gets when
-# the advantage method reads them. Not given (methods needing them are refused): mc_values
-# (Monte Carlo continuations) and tree_ids/node_ids (no prefix-continuation sampler yet).
-ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
-                              "terminated", "values", "next_values", "old_log_probs",
-                              "tree_ids", "node_ids"})
+# the advantage slot's inputs the turn loop gives: what ``agent.loop.episode_batch`` fills, at
+# the turn level (values and next_values from a turn-level value head the model gets when the
+# advantage method reads them). Not given (methods needing them are refused): mc_values (Monte
+# Carlo continuations) and the rubric.
+ADVANTAGE_INPUTS = EPISODE_INPUTS
 
 
 class AgentLMParams(TaskParams, TurnSettings):
