@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.rlvr.advantages import ADVANTAGE_INPUTS
 from workbench.testbeds.rlvr.problems import Difficulty, splits
 from workbench.testbeds.rlvr.settings import (
     DEFAULT_BATCH_SIZE,
@@ -119,9 +120,7 @@ class RLVRArith(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "none", "advantage": "grpo"}
-    provides = frozenset({"closure", "rl_stats", "rewards", "mask", "group_ids", "values",
-                          "dones", "terminated", "next_values", "reward_baselines",
-                          "group_rewards"})
+    provides = frozenset({"closure", "rl_stats", "group_rewards"}) | ADVANTAGE_INPUTS
     Params = RLVRParams
     metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
