@@ -46,3 +46,32 @@ def test_compute_advantages_passes_a_method_the_inputs_it_requires():
     out = compute_advantages(method, batch, names)
     expected = method.compute(**{k: getattr(batch, k) for k in names})
     assert all(torch.equal(a, b) for a, b in zip(out, expected, strict=True))
+
+
+def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
+    from workbench.testbeds import TASKS
+    from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, generate
+    from workbench.testbeds.agent.loop import EPISODE_INPUTS, episode_batch, play
+    from workbench.testbeds.agent.policy import Policy
+    from workbench.testbeds.agent.rubric import KeyDoorJudge
+    from workbench.testbeds.rlvr.advantages import ADVANTAGE_INPUTS, advantage_batch
+
+    def given(task):
+        return TASKS[task].provides & advantage.REQUIRABLE.keys()
+
+    layouts = [generate(3, 0, i, size=7, obstacle_density=0.15) for i in range(2)]
+    env = KeyDoor([lay for lay in layouts for _ in range(2)], max_steps=8)
+    policy = Policy(env.obs_dim, len(MOVES), 8, 1, True)
+    groups = torch.arange(2).repeat_interleave(2)
+    filled = episode_batch(play(env, policy, torch.Generator().manual_seed(0), values=True),
+                           groups).provided()
+    assert filled == EPISODE_INPUTS == given("keydoor-lm") == given("toolcalc-lm")
+    judged = episode_batch(play(env, policy, torch.Generator().manual_seed(0), values=True,
+                                judge=KeyDoorJudge), groups).provided()
+    assert judged | {"mc_values"} == given("keydoor")  # mc_values: the loop's continuations
+    assert filled | {"mc_values"} == given("toolcalc")
+    rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
+    full = advantage_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4))
+    assert full.provided() == ADVANTAGE_INPUTS == given("rlvr-arith") == given("rlvr-countdown")
+    assert advantage_batch(rewards, mask, groups, None, None).provided() == {
+        "rewards", "mask", "group_ids"}
