@@ -51,10 +51,15 @@ def test_compute_advantages_passes_a_method_the_inputs_it_requires():
 def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     from workbench.testbeds import TASKS
     from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, generate
-    from workbench.testbeds.agent.loop import EPISODE_INPUTS, episode_batch, play
+    from workbench.testbeds.agent.loop import play
     from workbench.testbeds.agent.policy import Policy
     from workbench.testbeds.agent.rubric import KeyDoorJudge
-    from workbench.testbeds.rlvr.advantages import ADVANTAGE_INPUTS, advantage_batch
+    from workbench.testbeds.shared.advantage_batch import (
+        COMPLETION_INPUTS,
+        EPISODE_INPUTS,
+        completion_batch,
+        episode_batch,
+    )
 
     def given(task):
         return TASKS[task].provides & advantage.REQUIRABLE.keys()
@@ -71,7 +76,7 @@ def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     assert judged | {"mc_values"} == given("keydoor")  # mc_values: the loop's continuations
     assert filled | {"mc_values"} == given("toolcalc")
     rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
-    full = advantage_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4))
-    assert full.provided() == ADVANTAGE_INPUTS == given("rlvr-arith") == given("rlvr-countdown")
-    assert advantage_batch(rewards, mask, groups, None, None).provided() == {
+    full = completion_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4))
+    assert full.provided() == COMPLETION_INPUTS == given("rlvr-arith") == given("rlvr-countdown")
+    assert completion_batch(rewards, mask, groups, None, None).provided() == {
         "rewards", "mask", "group_ids"}

@@ -17,7 +17,7 @@ continuations are played once per G (``sample_groups``: one ``GroupSample`` per 
   ``TreeShape.of`` the task's tree_count, tree_expansions and tree_rounds at G), a step on a
   shared prefix in each row through it, as the loss counts it under ``tree_shared_steps: per_leaf``.
 
-1. Every estimator of the sampler gets the loop's inputs (``loop.episode_batch``, group
+1. Every estimator of the sampler gets the loop's inputs (``episode_batch``, group
    = instance; the task's rubric judge's annotations where an estimator reads them, independent
    rows only) through the advantage family's caller side: ``compute_advantages`` (the inputs it
    requires). One that reads ``mc_values`` (``spo_chain``) first gets them as the training
@@ -67,7 +67,7 @@ from workbench.credit.plan import (
 from workbench.families import AdvantageBatch, compute_advantages
 from workbench.testbeds.agent.environment import Instance
 from workbench.testbeds.agent.ground_truth import q_and_v_returns
-from workbench.testbeds.agent.loop import Episodes, episode_batch, mc_values_of, play
+from workbench.testbeds.agent.loop import Episodes, mc_values_of, play
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.tree import (
     SegmentShape,
@@ -75,6 +75,7 @@ from workbench.testbeds.agent.tree import (
     play_segment_trees,
     play_trees,
 )
+from workbench.testbeds.shared.advantage_batch import episode_batch
 
 # sampler -> purpose -> the keys after G of its stream(seed, "rollouts", G, ...)
 STREAMS: dict[str, dict[str, tuple[int, ...]]] = {

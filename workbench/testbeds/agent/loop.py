@@ -39,14 +39,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
 
 from workbench import seeds
 from workbench.families import (
-    AdvantageBatch,
     AdvantageMethod,
     compute_advantages,
     mean_over_steps,
@@ -60,6 +59,7 @@ from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import JudgeFactory
 from workbench.testbeds.agent.sampling import TreeSampling
 from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
 if TYPE_CHECKING:
@@ -113,51 +113,6 @@ class Episodes:
         """Every input ``episode_batch`` fills, as a dict."""
         batch = episode_batch(self, group_ids)
         return batch.inputs(batch.provided())
-
-
-#: the advantage inputs ``episode_batch`` fills from every batch of episodes (values and
-#: next_values only where a value head estimated them); with a rubric judge, also rubric and
-#: rubric_weights (``task.RUBRIC_INPUTS``)
-EPISODE_INPUTS = AdvantageBatch.names("rewards", "mask", "group_ids", "anchor_ids", "dones",
-                                      "terminated", "values", "next_values", "old_log_probs",
-                                      "tree_ids", "node_ids")
-
-
-class Played(Protocol):
-    """The (B, T) fields ``episode_batch`` reads, which ``Episodes`` and
-    ``agent_lm.turns.Turns`` share (each documents them)."""
-
-    rewards: torch.Tensor
-    mask: torch.Tensor
-    anchor_ids: torch.Tensor
-    dones: torch.Tensor
-    terminated: torch.Tensor
-    log_probs: torch.Tensor | None
-    values: torch.Tensor | None
-    next_values: torch.Tensor | None
-    tree_ids: torch.Tensor | None
-    node_ids: torch.Tensor | None
-
-
-def episode_batch(played: Played, group_ids: torch.Tensor) -> AdvantageBatch:
-    """The advantage batch of a (B episodes, T steps) batch, of the network loop
-    (``Episodes``) or the language-model turn loop (``agent_lm.turns.Turns``, T = turns):
-    ``old_log_probs`` = each step's sampling log-probability; independent rollouts (no
-    ``tree_ids``) are trees of one leaf each, ``node_ids`` = row * T + t."""
-    rows, steps = played.mask.shape
-    if played.tree_ids is None:
-        device = played.mask.device
-        trees = torch.arange(rows, device=device)
-        nodes = torch.arange(rows * steps, device=device).view(rows, steps)
-    else:
-        trees, nodes = played.tree_ids, played.node_ids
-    return AdvantageBatch(
-        rewards=played.rewards, mask=played.mask, group_ids=group_ids,
-        anchor_ids=played.anchor_ids, dones=played.dones, terminated=played.terminated,
-        old_log_probs=played.log_probs, values=played.values,
-        next_values=played.next_values if played.values is not None else None,
-        tree_ids=trees, node_ids=nodes, rubric=getattr(played, "rubric", None),
-        rubric_weights=getattr(played, "rubric_weights", None))
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,

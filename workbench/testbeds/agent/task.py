@@ -21,15 +21,16 @@ from workbench.families import AdvantageBatch
 from workbench.testbeds.agent import keydoor, toolcalc
 from workbench.testbeds.agent.environment import EnvFactory, Instance
 from workbench.testbeds.agent.keydoor import KeyDoor
-from workbench.testbeds.agent.loop import EPISODE_INPUTS, AgentSettings, train
+from workbench.testbeds.agent.loop import AgentSettings, train
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import JudgeFactory, KeyDoorJudge
 from workbench.testbeds.agent.toolcalc import ToolCalc
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
-# the advantage slot's inputs this loop gives: what ``loop.episode_batch`` fills (values and
-# next_values from a value head the policy gets when the advantage method reads them), and
-# mc_values from continuations of the states the method names (``loop.train``)
+# the advantage slot's inputs this loop gives: what ``shared.advantage_batch.episode_batch``
+# fills (values and next_values from a value head the policy gets when the advantage method
+# reads them), and mc_values from continuations of the states the method names (``loop.train``)
 ADVANTAGE_INPUTS = EPISODE_INPUTS | AdvantageBatch.names("mc_values")
 # a task with a rubric judge (``AgentTask.judge``) gives its annotations too
 RUBRIC_INPUTS = AdvantageBatch.names("rubric", "rubric_weights")

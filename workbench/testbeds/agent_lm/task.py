@@ -22,7 +22,6 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 
 from workbench import seeds
-from workbench.testbeds.agent.loop import EPISODE_INPUTS
 from workbench.testbeds.agent.task import (
     CRITIC_INPUTS,
     AgentTask,
@@ -33,11 +32,12 @@ from workbench.testbeds.agent.task import (
 )
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
-# the advantage slot's inputs the turn loop gives: what ``agent.loop.episode_batch`` fills, at
-# the turn level (values and next_values from a turn-level value head the model gets when the
-# advantage method reads them). Not given (methods needing them are refused): mc_values (Monte
-# Carlo continuations) and the rubric.
+# the advantage slot's inputs the turn loop gives: what ``shared.advantage_batch.episode_batch``
+# fills, at the turn level (values and next_values from a turn-level value head the model gets
+# when the advantage method reads them). Not given (methods needing them are refused):
+# mc_values (Monte Carlo continuations) and the rubric.
 ADVANTAGE_INPUTS = EPISODE_INPUTS
 
 

@@ -16,7 +16,7 @@ One turn of every row still playing (``play_turns``):
    value head, the turn's value V(observation) read at the prompt's last token.
 
 The advantage slot is called at the **turn level**, with the network loop's (B = episodes,
-T = turns) inputs (``agent.loop.episode_batch`` fills both): ``rewards``, ``mask``,
+T = turns) inputs (``shared.advantage_batch.episode_batch`` fills both): ``rewards``, ``mask``,
 ``group_ids``, ``anchor_ids`` (the observed state before each turn), ``dones``, ``terminated``,
 ``old_log_probs`` (each turn's summed action-token log-probability) and, from the turn-level
 value head, ``values``/``next_values``. Each turn's advantage is then given to every one of
@@ -53,10 +53,10 @@ from workbench.families import (
     policy_step,
 )
 from workbench.testbeds.agent.environment import NO_OP, AgentEnv, EnvFactory, Instance
-from workbench.testbeds.agent.loop import episode_batch
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.rlvr.backends import RolloutBackend, make_backend
 from workbench.testbeds.rlvr.loop import response_log_probs
+from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import aggregate, ppo_clip_loss
 
 if TYPE_CHECKING:

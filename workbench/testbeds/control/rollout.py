@@ -21,10 +21,10 @@ import torch
 from workbench.families import AdvantageBatch
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
+from workbench.testbeds.shared.advantage_batch import CONTROL_INPUTS, control_batch
 
 #: the advantage-method inputs ``Rollout.advantage_batch`` fills (the task's ``provides``)
-ADVANTAGE_INPUTS = AdvantageBatch.names("rewards", "values", "dones", "terminated",
-                                        "next_values", "mask")
+ADVANTAGE_INPUTS = CONTROL_INPUTS
 
 
 @dataclass
@@ -48,11 +48,9 @@ class Rollout:
         return self.rewards.numel()
 
     def advantage_batch(self) -> AdvantageBatch:
-        """The advantage family's inputs, rows = environments: (N, T), values (N, T + 1)."""
-        values = torch.cat([self.values, self.last_value[None]], dim=0)
-        return AdvantageBatch(rewards=self.rewards.T, values=values.T, dones=self.dones.T,
-                              terminated=self.terminated.T, next_values=self.next_values.T,
-                              mask=torch.ones_like(self.rewards.T))
+        """The advantage family's inputs (``control_batch``): rows = environments, (N, T)."""
+        return control_batch(self.rewards, self.values, self.last_value, self.dones,
+                             self.terminated, self.next_values)
 
     def as_advantage_inputs(self) -> dict[str, torch.Tensor]:
         """``advantage_batch()`` as a dict of every input it fills."""

@@ -62,7 +62,6 @@ from workbench.families import (
     open_rl_slots,
     policy_step,
 )
-from workbench.testbeds.rlvr.advantages import advantage_batch
 from workbench.testbeds.rlvr.backends import RolloutBackend, Rollouts
 from workbench.testbeds.rlvr.checker import is_correct, reward
 from workbench.testbeds.rlvr.lengths import lengths_by_correctness
@@ -71,6 +70,7 @@ from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
 from workbench.testbeds.rlvr.prompting import DEFAULT_STOP, PromptFormat
 from workbench.testbeds.rlvr.settings import RLSettings
+from workbench.testbeds.shared.advantage_batch import completion_batch
 from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
@@ -362,8 +362,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                                        seeds.int_seed(seed, "baselines", step))
                      if "reward_baselines" in needs else None)
         advantages, returns = compute_advantages(
-            advantage_method, advantage_batch(batch.rewards, mask, batch.group_ids, values,
-                                              baselines), needs)
+            advantage_method, completion_batch(batch.rewards, mask, batch.group_ids, values,
+                                               baselines), needs)
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
         coefficient = entropy_slot.coefficient(step, mean_entropy)

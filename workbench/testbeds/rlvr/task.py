@@ -19,7 +19,6 @@ from pydantic import Field, model_validator
 
 from workbench import seeds
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
-from workbench.testbeds.rlvr.advantages import ADVANTAGE_INPUTS
 from workbench.testbeds.rlvr.problems import Difficulty, splits
 from workbench.testbeds.rlvr.settings import (
     DEFAULT_BATCH_SIZE,
@@ -28,6 +27,7 @@ from workbench.testbeds.rlvr.settings import (
     DEFAULT_TARGET,
     RLSettings,
 )
+from workbench.testbeds.shared.advantage_batch import COMPLETION_INPUTS
 
 
 class RLVRParams(TaskParams, RLSettings):
@@ -120,7 +120,7 @@ class RLVRArith(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "none", "advantage": "grpo"}
-    provides = frozenset({"closure", "rl_stats", "group_rewards"}) | ADVANTAGE_INPUTS
+    provides = frozenset({"closure", "rl_stats", "group_rewards"}) | COMPLETION_INPUTS
     Params = RLVRParams
     metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
