@@ -110,16 +110,15 @@ class AdvantageBatch:
         return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
 
     def inputs(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
-        """``{name: tensor}`` for each of ``names`` (a method's ``requirements``); a name the
-        batch does not fill (or no field has) is an error that names it."""
-        names = list(names)
-        missing = sorted(n for n in names if getattr(self, n, None) is None
-                         or n not in REQUIRABLE)
+        """``{name: tensor}`` for each of ``names`` (a method's ``requirements``), in field
+        order; a name the batch does not fill (or no field has) is an error that names it."""
+        names = frozenset(names)
+        missing = sorted(n for n in names if n not in REQUIRABLE or getattr(self, n) is None)
         if missing:
             raise ValueError(
                 f"the advantage method requires {', '.join(missing)}, which this testbed's "
                 f"advantage batch does not fill (it fills {', '.join(sorted(self.provided()))})")
-        return {n: getattr(self, n) for n in names}
+        return {n: getattr(self, n) for n in REQUIRABLE if n in names}
 
     @classmethod
     def names(cls, *names: str) -> frozenset[str]:
@@ -351,7 +350,7 @@ def check_configuration(cls, overrides, method) -> None:
     """The advantage contract on one configuration (see the module docstring)."""
     full = _advantage_inputs()
     names = method.requirements(method.params)
-    inputs = {k: v for k, v in full.items() if k in names}
+    inputs = AdvantageBatch(**full).inputs(names)  # an input without a synthetic value: named
     problems: list[str] = []
     out = _compute(method, inputs, "in compute()", problems)
     again = _compute(method, inputs, "in a second compute() on the same inputs", problems)
