@@ -26,10 +26,10 @@ from pydantic import Field, field_validator
 
 from workbench import registry, spec
 from workbench.testbeds.agent.loop import AgentSettings
+from workbench.testbeds.agent.task import RUBRIC_INPUTS  # what the task's rubric judge gives
 from workbench.validation import SpecError, Strict, shorten, validate
 
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
-RUBRIC_INPUTS = frozenset({"rubric", "rubric_weights"})  # what the task's rubric judge gives
 # the rows an estimator is measured on: those the training loop grows for it (``sampler_of``)
 INDEPENDENT, TREE, SEGMENTS = "independent", "tree", "segments"
 SAMPLERS = {

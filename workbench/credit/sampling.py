@@ -17,10 +17,10 @@ continuations are played once per G (``sample_groups``: one ``GroupSample`` per 
   ``TreeShape.of`` the task's tree_count, tree_expansions and tree_rounds at G), a step on a
   shared prefix in each row through it, as the loss counts it under ``tree_shared_steps: per_leaf``.
 
-1. Every estimator of the sampler gets the loop's inputs (``Episodes.advantage_inputs``, group
+1. Every estimator of the sampler gets the loop's inputs (``episode_batch``, group
    = instance; the task's rubric judge's annotations where an estimator reads them, independent
-   rows only) through the advantage family's caller side: ``method.compute(**inputs it
-   requires)``. One that reads ``mc_values`` (``spo_chain``) first gets them as the training
+   rows only) through the advantage family's caller side: ``compute_advantages`` (the inputs it
+   requires). One that reads ``mc_values`` (``spo_chain``) first gets them as the training
    loop gives them (``loop.mc_values_of``: its ``value_request``'s states restored and played
    on by the checkpoint), actions from its own stream. The environment steps each estimator
    costs (``env_steps``) are the sampler's played steps (a tree's shared prefix once, pruned
@@ -47,7 +47,7 @@ spec lists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -64,6 +64,7 @@ from workbench.credit.plan import (
     Estimator,
     tree_settings,
 )
+from workbench.families import AdvantageBatch, compute_advantages
 from workbench.testbeds.agent.environment import Instance
 from workbench.testbeds.agent.ground_truth import q_and_v_returns
 from workbench.testbeds.agent.loop import Episodes, mc_values_of, play
@@ -74,6 +75,7 @@ from workbench.testbeds.agent.tree import (
     play_segment_trees,
     play_trees,
 )
+from workbench.testbeds.shared.advantage_batch import episode_batch
 
 # sampler -> purpose -> the keys after G of its stream(seed, "rollouts", G, ...)
 STREAMS: dict[str, dict[str, tuple[int, ...]]] = {
@@ -147,11 +149,11 @@ def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
         played = int(episodes.mask.sum())
     groups = (episodes.groups if episodes.groups is not None  # row -> instance
               else torch.arange(count, device=device).repeat_interleave(g))
-    inputs = episodes.advantage_inputs(groups)
+    batch = episode_batch(episodes, groups)
     advantages, env_steps = {}, {}
     for estimator, position in mine:
         advantages[estimator.label], continued = _advantages(
-            plan, estimator, position, episodes, inputs, instances, policy, g, device)
+            plan, estimator, position, episodes, batch, instances, policy, g, device)
         env_steps[estimator.label] = played + continued
 
     rows, steps = _draw_steps(episodes.mask.cpu().numpy() != 0, groups.cpu().numpy(), count,
@@ -184,22 +186,22 @@ def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
 
 
 def _advantages(plan: CreditPlan, estimator: Estimator, position: int, episodes: Episodes,
-                inputs: dict[str, torch.Tensor], instances: list[Instance], policy: Policy,
+                batch: AdvantageBatch, instances: list[Instance], policy: Policy,
                 g: int, device: torch.device) -> tuple[torch.Tensor, int]:
     """The estimator's advantages of every row (on the CPU, float64) and the environment
     steps its ``mc_values`` took (0 for one that reads none)."""
     method = estimator.method
     needs = method.requirements(method.params)
-    given = {k: v for k, v in inputs.items() if k in needs}
     continued = 0
     if "mc_values" in needs:
         generator = seeds.torch_generator(plan.spec.seed, "rollouts", g, MC_VALUES, position,
                                           device=device)
-        given["mc_values"], continued = mc_values_of(
-            method, episodes, inputs["group_ids"], instances, list(range(len(instances))),
+        mc_values, continued = mc_values_of(
+            method, episodes, batch.group_ids, instances, list(range(len(instances))),
             policy, generator, max_steps=plan.task_params.max_steps, device=device,
             make_env=agent_task(plan).environment)
-    out, _ = method.compute(**given)
+        batch = replace(batch, mc_values=mc_values)
+    out, _ = compute_advantages(method, batch, needs)
     return out.detach().double().cpu(), continued
 
 

@@ -5,7 +5,8 @@ may ``require`` (each module's ``REQUIRABLE``, with meanings) and the contract c
     step_size   StepSizeMethod; step_size_taken, observe_rl_stats, minibatch_epochs
     batch_size  BatchSizeMethod; BatchSlot (start, clamp, advance)
     entropy     EntropyMethod; EntropySlot (coefficient; hook -> LossAdjustment)
-    advantage   AdvantageMethod (a pure function: its caller side is one call)
+    advantage   AdvantageMethod (a pure function), AdvantageBatch (its inputs);
+                compute_advantages (its caller side: one call)
     rl_slots    open_rl_slots: an RL loop's four slots opened in one call, in one order
     rl_update   policy_step: one policy-gradient optimizer step on a minibatch's loss
     checks      check(cls), check_all(family): the contracts run on methods
@@ -18,8 +19,10 @@ from workbench.families import advantage, batch_size, entropy, step_size
 from workbench.families._checks import ContractViolation, configurations
 from workbench.families.advantage import (
     TREE_SAMPLERS,
+    AdvantageBatch,
     AdvantageMethod,
     ValueRequest,
+    compute_advantages,
     monte_carlo_values,
 )
 from workbench.families.batch_size import UNLIMITED_SAMPLES, BatchSizeMethod, BatchSlot
@@ -53,9 +56,11 @@ REQUIRABLE: frozenset[str] = frozenset().union(
     *(module.REQUIRABLE for module in (step_size, batch_size, entropy, advantage)))
 
 __all__ = [
-    "REQUIRABLE", "TREE_SAMPLERS", "UNLIMITED_SAMPLES", "AdvantageMethod", "BatchSizeMethod",
+    "REQUIRABLE", "TREE_SAMPLERS", "UNLIMITED_SAMPLES", "AdvantageBatch", "AdvantageMethod",
+    "BatchSizeMethod",
     "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment",
-    "RLSeedSlots", "RLSlots", "StepSizeMethod", "ValueRequest", "monte_carlo_values",
+    "RLSeedSlots", "RLSlots", "StepSizeMethod", "ValueRequest", "compute_advantages",
+    "monte_carlo_values",
     "open_rl_seed_slots", "open_rl_slots",
     "adjust_per_seed", "advantage", "batch_size", "check", "check_all", "clip_gradients",
     "clip_per_seed", "configurations", "entropy", "policy_step", "policy_step_seeds",

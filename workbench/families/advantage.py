@@ -1,6 +1,8 @@
 """The advantage family: the pure function a method implements, the inputs it may require
-and the contract check. Its caller side is one call: ``method.compute(**inputs)`` with the
-inputs ``method.requirements(method.params)`` names; a method that reads Monte Carlo state
+(the fields of ``AdvantageBatch``) and the contract check. Its caller side is one call: a loop
+fills an ``AdvantageBatch`` and ``compute_advantages(method, batch, names)`` calls
+``method.compute(**inputs)`` with the inputs ``names = method.requirements(method.params)``
+lists (``RLSlots.advantage_inputs``); a method that reads Monte Carlo state
 values (``mc_values``) first names the states through ``value_request``, and the loop fills
 them with ``monte_carlo_values`` (here) and its own rollouts.
 
@@ -25,8 +27,9 @@ rows computed in two calls, 0-2 and 3-7, equal one call's to 1e-12).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import ClassVar
 
 import torch
@@ -41,45 +44,95 @@ from workbench.registry import Method
 
 FAMILY = "advantage"
 
+
+def _input(meaning: str):
+    """A field of ``AdvantageBatch``: None unless the testbed fills it; ``meaning`` its layout."""
+    return field(default=None, metadata={"meaning": meaning})
+
+
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """The advantage family's inputs for B rows (sequences or environment rollouts) of T steps,
+    one named tensor each, its layout and meaning documented once (``REQUIRABLE``). A loop
+    fills the fields its testbed gives (the others stay None); ``inputs(names)`` hands a method
+    exactly the ones it ``requires``, and ``provided()`` is the set the batch fills."""
+
+    rewards: torch.Tensor | None = _input(
+        "(B, T) float: the reward of each step (token)")
+    values: torch.Tensor | None = _input(
+        "(B, T + 1) float: the value of each step's state; the last column is the value of "
+        "the state after step T - 1")
+    mask: torch.Tensor | None = _input(
+        "(B, T) float or bool: 1 where a token (step) is valid, 0 for padding")
+    group_ids: torch.Tensor | None = _input(
+        "(B,) long: rows with the same id answer the same prompt")
+    dones: torch.Tensor | None = _input(
+        "(B, T) bool: True where an episode ends at that step (terminated or truncated)")
+    terminated: torch.Tensor | None = _input(
+        "(B, T) bool: True where it ends in a terminal state (no bootstrapping; a done that "
+        "is not terminated is a truncation)")
+    next_values: torch.Tensor | None = _input(
+        "(B, T) float: the value of the state actually reached after step t, before any "
+        "automatic reset (values[:, t + 1] except at truncations, where it is the value of "
+        "the final observation)")
+    reward_baselines: torch.Tensor | None = _input(
+        "(B,) float: a per-row baseline reward (ReMax: the reward of the greedy answer)")
+    anchor_ids: torch.Tensor | None = _input(
+        "(B, T) long: a key per step, equal where two steps start from the same observed "
+        "state (GiGPO's anchor states); any value at padding")
+    old_log_probs: torch.Tensor | None = _input(
+        "(B, T) float: the log-probability of each step's action (token) under the policy "
+        "that sampled it")
+    mc_values: torch.Tensor | None = _input(
+        "(B, T + 1) float: Monte Carlo values of the states the method's ``value_request`` "
+        "names (column t: the state step t starts from; column T: after the last step), each "
+        "the mean return of its ``continuations`` rollouts of the sampling policy from the "
+        "restored state; 0 elsewhere")
+    tree_ids: torch.Tensor | None = _input(
+        "(B,) long: rows with the same id are leaves of one sampled tree (rollouts grown from "
+        "one root that share a prefix of steps, Tree-GRPO's tree_uid); a tree lies within one "
+        "group; a rollout sampled on its own is a tree of one leaf")
+    node_ids: torch.Tensor | None = _input(
+        "(B, T) long: the tree node each step creates, equal exactly where rows share that "
+        "step (played once on a shared prefix, repeated in each row through it); step t's "
+        "parent node is step t - 1's (the tree's root at t = 0); any value at padding")
+    rubric: torch.Tensor | None = _input(
+        "(B, T, C) float in {-1, 0, 1}: a programmatic judge's annotation of each step for "
+        "each of C rubric items: 1 where the step met the item (reached a sub-goal), -1 where "
+        "it violated it, 0 where the item does not point at it; any value at padding. A row's "
+        "score on item c is the sum over its valid steps")
+    rubric_weights: torch.Tensor | None = _input(
+        "(B, C) float >= 0: the weight of each rubric item for the row's task (rows of a "
+        "group share them); the judge's score of a row is sum_c w_c * (sum_t rubric[:, t, c])")
+
+    def provided(self) -> frozenset[str]:
+        """The names of the fields this batch fills (not None)."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+    def inputs(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
+        """``{name: tensor}`` for each of ``names`` (a method's ``requirements``), in field
+        order; a name the batch does not fill (or no field has) is an error that names it."""
+        names = frozenset(names)
+        missing = sorted(n for n in names if n not in REQUIRABLE or getattr(self, n) is None)
+        if missing:
+            raise ValueError(
+                f"the advantage method requires {', '.join(missing)}, which this testbed's "
+                f"advantage batch does not fill (it fills {', '.join(sorted(self.provided()))})")
+        return {n: getattr(self, n) for n in REQUIRABLE if n in names}
+
+    @classmethod
+    def names(cls, *names: str) -> frozenset[str]:
+        """``names`` as a set, each checked to be a field (a testbed's declared inputs)."""
+        unknown = sorted(set(names) - REQUIRABLE.keys())
+        if unknown:
+            raise TypeError(f"AdvantageBatch has no field {', '.join(unknown)}")
+        return frozenset(names)
+
+
 #: The inputs an advantage method may ``require`` (a task's ``provides`` names those it
-#: gives), each with its meaning, for B rows (sequences or environment rollouts) of T steps.
-REQUIRABLE: Mapping[str, str] = {
-    "rewards": "(B, T) float: the reward of each step (token)",
-    "values": "(B, T + 1) float: the value of each step's state; the last column is the value "
-              "of the state after step T - 1",
-    "mask": "(B, T) float or bool: 1 where a token (step) is valid, 0 for padding",
-    "group_ids": "(B,) long: rows with the same id answer the same prompt",
-    "dones": "(B, T) bool: True where an episode ends at that step (terminated or truncated)",
-    "terminated": "(B, T) bool: True where it ends in a terminal state (no bootstrapping; a "
-                  "done that is not terminated is a truncation)",
-    "next_values": "(B, T) float: the value of the state actually reached after step t, before "
-                   "any automatic reset (values[:, t + 1] except at truncations, where it is "
-                   "the value of the final observation)",
-    "reward_baselines": "(B,) float: a per-row baseline reward (ReMax: the reward of the greedy "
-                        "answer)",
-    "anchor_ids": "(B, T) long: a key per step, equal where two steps start from the same "
-                  "observed state (GiGPO's anchor states); any value at padding",
-    "old_log_probs": "(B, T) float: the log-probability of each step's action (token) under "
-                     "the policy that sampled it",
-    "mc_values": "(B, T + 1) float: Monte Carlo values of the states the method's "
-                 "``value_request`` names (column t: the state step t starts from; column T: "
-                 "after the last step), each the mean return of its ``continuations`` "
-                 "rollouts of the sampling policy from the restored state; 0 elsewhere",
-    "tree_ids": "(B,) long: rows with the same id are leaves of one sampled tree (rollouts "
-                "grown from one root that share a prefix of steps, Tree-GRPO's tree_uid); a "
-                "tree lies within one group; a rollout sampled on its own is a tree of one leaf",
-    "node_ids": "(B, T) long: the tree node each step creates, equal exactly where rows share "
-                "that step (played once on a shared prefix, repeated in each row through it); "
-                "step t's parent node is step t - 1's (the tree's root at t = 0); any value at "
-                "padding",
-    "rubric": "(B, T, C) float in {-1, 0, 1}: a programmatic judge's annotation of each step "
-              "for each of C rubric items: 1 where the step met the item (reached a "
-              "sub-goal), -1 where it violated it, 0 where the item does not point at it; "
-              "any value at padding. A row's score on item c is the sum over its valid steps",
-    "rubric_weights": "(B, C) float >= 0: the weight of each rubric item for the row's task "
-                      "(rows of a group share them); the judge's score of a row is "
-                      "sum_c w_c * (sum_t rubric[:, t, c])",
-}
+#: gives): the fields of ``AdvantageBatch``, each with its meaning.
+REQUIRABLE: Mapping[str, str] = MappingProxyType(
+    {f.name: f.metadata["meaning"] for f in fields(AdvantageBatch)})
 
 #: The tree samplers a loop can grow rollouts with (``AdvantageMethod.tree_sampler``).
 TREE_SAMPLERS: Mapping[str, str] = {
@@ -137,6 +190,14 @@ class AdvantageMethod(Method):
 
 
 # caller side ------------------------------------------------------------------------------------
+
+
+def compute_advantages(method: AdvantageMethod, batch: AdvantageBatch, names: Iterable[str]
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``method.compute(**batch.inputs(names))``: its (advantages, returns) on the inputs
+    ``names`` (the method's ``requirements``) picks from the batch."""
+    return method.compute(**batch.inputs(names))
+
 
 #: estimate(rows, columns, n) -> (K,) mean return of n rollouts from each named state (row
 #: ``rows[k]``'s state before step ``columns[k]``), and the environment steps they took
@@ -289,7 +350,7 @@ def check_configuration(cls, overrides, method) -> None:
     """The advantage contract on one configuration (see the module docstring)."""
     full = _advantage_inputs()
     names = method.requirements(method.params)
-    inputs = {k: v for k, v in full.items() if k in names}
+    inputs = AdvantageBatch(**full).inputs(names)  # an input without a synthetic value: named
     problems: list[str] = []
     out = _compute(method, inputs, "in compute()", problems)
     again = _compute(method, inputs, "in a second compute() on the same inputs", problems)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -47,6 +47,7 @@ from pydantic import Field
 from workbench import seeds
 from workbench.families import (
     AdvantageMethod,
+    compute_advantages,
     mean_over_steps,
     minibatch_epochs,
     monte_carlo_values,
@@ -58,6 +59,7 @@ from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import JudgeFactory
 from workbench.testbeds.agent.sampling import TreeSampling
 from workbench.testbeds.settings import Settings
+from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
 if TYPE_CHECKING:
@@ -108,22 +110,9 @@ class Episodes:
     rubric_weights: torch.Tensor | None = None  # (B, C) its items' weights
 
     def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every input the loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
-        inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
-                  "anchor_ids": self.anchor_ids, "dones": self.dones,
-                  "terminated": self.terminated, "old_log_probs": self.log_probs}
-        if self.values is not None:
-            inputs |= {"values": self.values, "next_values": self.next_values}
-        rows, steps = self.mask.shape
-        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
-            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
-                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
-                       .view(rows, steps)}
-        else:
-            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
-        if self.rubric is not None:
-            inputs |= {"rubric": self.rubric, "rubric_weights": self.rubric_weights}
-        return inputs
+        """Every input ``episode_batch`` fills, as a dict."""
+        batch = episode_batch(self, group_ids)
+        return batch.inputs(batch.provided())
 
 
 def play(env: AgentEnv, policy: Policy, generator: torch.Generator | None,
@@ -270,15 +259,15 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         env_steps += played
         group_ids = (episodes.groups if episodes.groups is not None
                      else torch.arange(m, device=device).repeat_interleave(g))
-        inputs = episodes.advantage_inputs(group_ids)
+        batch = episode_batch(episodes, group_ids)
         if "mc_values" in slots.advantage_inputs:
-            inputs["mc_values"], continued = mc_values_of(
+            mc_values, continued = mc_values_of(
                 slots.advantage, episodes, group_ids, [train_layouts[i] for i in chosen],
                 [int(i) for i in chosen], policy, rollouts, max_steps=max_steps,
                 device=device, make_env=make_env)
+            batch = replace(batch, mc_values=mc_values)
             env_steps += continued
-        advantages, returns = slots.advantage.compute(
-            **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
+        advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
         success = float(episodes.success.float().mean())

@@ -17,6 +17,7 @@ import torch
 from pydantic import Field, model_validator
 
 from workbench import seeds
+from workbench.families import AdvantageBatch
 from workbench.testbeds.agent import keydoor, toolcalc
 from workbench.testbeds.agent.environment import EnvFactory, Instance
 from workbench.testbeds.agent.keydoor import KeyDoor
@@ -25,16 +26,14 @@ from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import JudgeFactory, KeyDoorJudge
 from workbench.testbeds.agent.toolcalc import ToolCalc
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
-# the advantage slot's inputs this loop gives (``loop.Episodes.advantage_inputs``); values and
-# next_values come from a value head the policy gets when the advantage method reads them,
-# mc_values from continuations of the states the method names (``loop.train``); tree_ids and
-# node_ids describe the trees of tree sampling (independent rollouts: one leaf each)
-ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
-                              "terminated", "values", "next_values", "old_log_probs",
-                              "mc_values", "tree_ids", "node_ids"})
+# the advantage slot's inputs this loop gives: what ``shared.advantage_batch.episode_batch``
+# fills (values and next_values from a value head the policy gets when the advantage method
+# reads them), and mc_values from continuations of the states the method names (``loop.train``)
+ADVANTAGE_INPUTS = EPISODE_INPUTS | AdvantageBatch.names("mc_values")
 # a task with a rubric judge (``AgentTask.judge``) gives its annotations too
-RUBRIC_INPUTS = frozenset({"rubric", "rubric_weights"})
+RUBRIC_INPUTS = AdvantageBatch.names("rubric", "rubric_weights")
 
 
 class AgentParams(TaskParams, AgentSettings):

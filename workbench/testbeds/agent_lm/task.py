@@ -32,14 +32,13 @@ from workbench.testbeds.agent.task import (
 )
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
+from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
-# the advantage slot's inputs the turn loop gives (``turns.Turns.advantage_inputs``), at the
-# turn level; values and next_values come from a turn-level value head the model gets when
-# the advantage method reads them. Not given (methods needing them are refused): mc_values
-# (Monte Carlo continuations) and tree_ids/node_ids (no prefix-continuation sampler yet).
-ADVANTAGE_INPUTS = frozenset({"rewards", "mask", "group_ids", "anchor_ids", "dones",
-                              "terminated", "values", "next_values", "old_log_probs",
-                              "tree_ids", "node_ids"})
+# the advantage slot's inputs the turn loop gives: what ``shared.advantage_batch.episode_batch``
+# fills, at the turn level (values and next_values from a turn-level value head the model gets
+# when the advantage method reads them). Not given (methods needing them are refused):
+# mc_values (Monte Carlo continuations) and the rubric.
+ADVANTAGE_INPUTS = EPISODE_INPUTS
 
 
 class AgentLMParams(TaskParams, TurnSettings):

@@ -16,8 +16,8 @@ One turn of every row still playing (``play_turns``):
    value head, the turn's value V(observation) read at the prompt's last token.
 
 The advantage slot is called at the **turn level**, with the network loop's (B = episodes,
-T = turns) inputs (``Turns.advantage_inputs``): ``rewards``, ``mask``, ``group_ids``,
-``anchor_ids`` (the observed state before each turn), ``dones``, ``terminated``,
+T = turns) inputs (``shared.advantage_batch.episode_batch`` fills both): ``rewards``, ``mask``,
+``group_ids``, ``anchor_ids`` (the observed state before each turn), ``dones``, ``terminated``,
 ``old_log_probs`` (each turn's summed action-token log-probability) and, from the turn-level
 value head, ``values``/``next_values``. Each turn's advantage is then given to every one of
 its action tokens, and the policy is updated with the token-level PPO-clip loss
@@ -46,6 +46,7 @@ import torch
 
 from workbench import seeds
 from workbench.families import (
+    compute_advantages,
     mean_over_steps,
     minibatch_epochs,
     open_rl_slots,
@@ -55,6 +56,7 @@ from workbench.testbeds.agent.environment import NO_OP, AgentEnv, EnvFactory, In
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.rlvr.backends import RolloutBackend, make_backend
 from workbench.testbeds.rlvr.loop import response_log_probs
+from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import aggregate, ppo_clip_loss
 
 if TYPE_CHECKING:
@@ -119,22 +121,6 @@ class Turns:
     response_ids: list[list[int]] | None = None  # (N) and its action tokens
     tree_ids: torch.Tensor | None = None  # (B,) tree sampling: each row's tree
     node_ids: torch.Tensor | None = None  # (B, T) tree sampling: each turn's node
-
-    def advantage_inputs(self, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every input the turn loop gives the advantage slot (``task.ADVANTAGE_INPUTS``)."""
-        inputs = {"rewards": self.rewards, "mask": self.mask, "group_ids": group_ids,
-                  "anchor_ids": self.anchor_ids, "dones": self.dones,
-                  "terminated": self.terminated, "old_log_probs": self.log_probs}
-        if self.values is not None:
-            inputs |= {"values": self.values, "next_values": self.next_values}
-        rows, steps = self.mask.shape
-        if self.tree_ids is None:  # independent rollouts: each a tree of one leaf
-            inputs |= {"tree_ids": torch.arange(rows, device=self.mask.device),
-                       "node_ids": torch.arange(rows * steps, device=self.mask.device)
-                       .view(rows, steps)}
-        else:
-            inputs |= {"tree_ids": self.tree_ids, "node_ids": self.node_ids}
-        return inputs
 
     def per_turn(self, table: torch.Tensor) -> torch.Tensor:
         """(N,) the entries of a (B, T) ``table`` at the played turns, in flat order; a turn
@@ -324,9 +310,8 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
                 branches=seeds.numpy_generator(seed, "branches", update),
                 max_steps=max_steps, device=device, make_env=make_env)
         env_steps += played
-        inputs = turns.advantage_inputs(group_ids)
-        advantages, returns = slots.advantage.compute(
-            **{k: v for k, v in inputs.items() if k in slots.advantage_inputs})
+        advantages, returns = compute_advantages(slots.advantage, episode_batch(turns, group_ids),
+                                                 slots.advantage_inputs)
         action_mask = turns.tokens.response_mask
         entropy = float(aggregate(turns.token_entropy, action_mask, "token-mean"))
         coefficient = slots.entropy.coefficient(update, entropy)

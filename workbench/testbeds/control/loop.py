@@ -24,7 +24,7 @@ import torch
 from pydantic import Field
 
 from workbench import seeds
-from workbench.families import BatchSlot, open_rl_slots
+from workbench.families import BatchSlot, compute_advantages, open_rl_slots
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
@@ -94,8 +94,8 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
             latest_return = episodes["train/return"]
             recent.extend(rollout.episode_returns.tolist())
         # 2. advantages, from the rollout in the method's (rows = environments, T) layout
-        inputs = {k: v for k, v in rollout.as_advantage_inputs().items() if k in advantage_inputs}
-        advantages, returns = (t.T for t in advantage_method.compute(**inputs))
+        advantages, returns = (t.T for t in compute_advantages(
+            advantage_method, rollout.advantage_batch(), advantage_inputs))
         # 3. entropy coefficient
         rollout_entropy = float(rollout.entropy.mean())
         entropy_coef = entropy_slot.coefficient(update, rollout_entropy)

@@ -7,7 +7,8 @@ V of the state actually reached after step t, which at a truncation is the value
 observation (the environment has already reset), so advantage estimators bootstrap from it
 there and not from the reset state. ``last_value`` is V(o_T), the state after the rollout.
 
-``as_advantage_inputs`` hands these to an advantage method in its (B = N, T) layout.
+``advantage_batch`` fills the advantage family's ``AdvantageBatch`` from these in its (B = N, T)
+layout.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.families import AdvantageBatch
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
+from workbench.testbeds.shared.advantage_batch import CONTROL_INPUTS, control_batch
 
-#: the advantage-method inputs ``Rollout.as_advantage_inputs`` gives
-ADVANTAGE_INPUTS = frozenset({"rewards", "values", "dones", "terminated", "next_values", "mask"})
+#: the advantage-method inputs ``Rollout.advantage_batch`` fills (the task's ``provides``)
+ADVANTAGE_INPUTS = CONTROL_INPUTS
 
 
 @dataclass
@@ -44,17 +47,14 @@ class Rollout:
     def size(self) -> int:
         return self.rewards.numel()
 
+    def advantage_batch(self) -> AdvantageBatch:
+        """The advantage family's inputs (``control_batch``): rows = environments, (N, T)."""
+        return control_batch(self.rewards, self.values, self.last_value, self.dones,
+                             self.terminated, self.next_values)
+
     def as_advantage_inputs(self) -> dict[str, torch.Tensor]:
-        """Advantage-method inputs, rows = environments: (N, T), values (N, T + 1)."""
-        values = torch.cat([self.values, self.last_value[None]], dim=0)
-        return {
-            "rewards": self.rewards.T,
-            "values": values.T,
-            "dones": self.dones.T,
-            "terminated": self.terminated.T,
-            "next_values": self.next_values.T,
-            "mask": torch.ones_like(self.rewards.T),
-        }
+        """``advantage_batch()`` as a dict of every input it fills."""
+        return self.advantage_batch().inputs(ADVANTAGE_INPUTS)
 
     def seed(self, s: int, n: int) -> Rollout:
         """Seed s's rollout on a seed axis of blocks of ``n`` environments: its columns and

@@ -37,6 +37,7 @@ from workbench.families import (
     EntropySlot,
     LossAdjustment,
     adjust_per_seed,
+    compute_advantages,
     mean_over_steps,
     minibatch_epochs,
     open_rl_seed_slots,
@@ -160,8 +161,8 @@ def _advantages(method, wanted: frozenset[str], rollout: Rollout, own: list[Roll
     call on the S * N rows of all seeds for a method that declares ``row_independent``, else
     one call per seed on its own rows."""
     if "row_independent" in method.invariants:
-        inputs = {k: v for k, v in rollout.as_advantage_inputs().items() if k in wanted}
-        folded = [t.T for t in method.compute(**inputs)]  # (T, S * N)
+        # (T, S * N) each
+        folded = [t.T for t in compute_advantages(method, rollout.advantage_batch(), wanted)]
         n = own[0].rewards.shape[1]
         pairs = [[t[:, s * n:(s + 1) * n] if alive else torch.zeros_like(t[:, :n])
                   for t in folded] for s, alive in enumerate(live)]
@@ -169,8 +170,7 @@ def _advantages(method, wanted: frozenset[str], rollout: Rollout, own: list[Roll
     advantages, returns = [], []
     for r, alive in zip(own, live, strict=True):
         if alive:
-            inputs = {k: v for k, v in r.as_advantage_inputs().items() if k in wanted}
-            a, ret = (t.T for t in method.compute(**inputs))
+            a, ret = (t.T for t in compute_advantages(method, r.advantage_batch(), wanted))
         else:
             a = ret = torch.zeros_like(r.rewards)
         advantages.append(a)

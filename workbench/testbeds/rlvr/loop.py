@@ -56,6 +56,7 @@ from workbench import seeds
 from workbench.families import (
     BatchSlot,
     EntropySlot,
+    compute_advantages,
     mean_over_steps,
     minibatch_epochs,
     open_rl_slots,
@@ -69,6 +70,7 @@ from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
 from workbench.testbeds.rlvr.prompting import DEFAULT_STOP, PromptFormat
 from workbench.testbeds.rlvr.settings import RLSettings
+from workbench.testbeds.shared.advantage_batch import completion_batch
 from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
@@ -356,9 +358,12 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                              "rollout backend did not return")
         mean_reward = float(batch.scores.mean())
         # 4. advantages
-        inputs = _advantage_inputs(batch, values, needs, backend, settings,
-                                    seeds.int_seed(seed, "baselines", step))
-        advantages, returns = advantage_method.compute(**inputs)
+        baselines = (_greedy_baselines(batch, backend, settings,
+                                       seeds.int_seed(seed, "baselines", step))
+                     if "reward_baselines" in needs else None)
+        advantages, returns = compute_advantages(
+            advantage_method, completion_batch(batch.rewards, mask, batch.group_ids, values,
+                                               baselines), needs)
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
         coefficient = entropy_slot.coefficient(step, mean_entropy)
@@ -432,22 +437,6 @@ def stop_strings(settings: RLSettings) -> tuple[str, ...]:
     """The stop strings: the settings' own, else the template's default."""
     return tuple(DEFAULT_STOP[settings.prompt_template] if settings.stop is None
                  else settings.stop)
-
-
-def _advantage_inputs(batch: Batch, values, needs, backend, settings, seed) -> dict:
-    mask = batch.response_mask
-    rewards = batch.rewards
-    inputs: dict[str, torch.Tensor] = {"rewards": rewards, "mask": mask,
-                                       "group_ids": batch.group_ids}
-    if values is not None:
-        ends = torch.zeros_like(mask, dtype=torch.bool)
-        lengths = mask.sum(1).long()
-        rows = torch.arange(len(lengths), device=mask.device)
-        ends[rows, (lengths - 1).clamp(min=0)] = lengths > 0
-        inputs.update(values=values, dones=ends, terminated=ends, next_values=values[:, 1:])
-    if "reward_baselines" in needs:
-        inputs["reward_baselines"] = _greedy_baselines(batch, backend, settings, seed)
-    return {k: v for k, v in inputs.items() if k in needs}
 
 
 def _greedy_baselines(batch: Batch, backend, settings, seed) -> torch.Tensor:

@@ -27,6 +27,7 @@ from workbench.testbeds.rlvr.settings import (
     DEFAULT_TARGET,
     RLSettings,
 )
+from workbench.testbeds.shared.advantage_batch import COMPLETION_INPUTS
 
 
 class RLVRParams(TaskParams, RLSettings):
@@ -119,9 +120,7 @@ class RLVRArith(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "none", "advantage": "grpo"}
-    provides = frozenset({"closure", "rl_stats", "rewards", "mask", "group_ids", "values",
-                          "dones", "terminated", "next_values", "reward_baselines",
-                          "group_rewards"})
+    provides = frozenset({"closure", "rl_stats", "group_rewards"}) | COMPLETION_INPUTS
     Params = RLVRParams
     metrics = {"eval/accuracy": "maximize", "eval/pass@8": "maximize",
                "eval/pass@1_sampled": "maximize", "train/reward": "maximize",
