@@ -2,12 +2,13 @@
 
     .venv/bin/python benchmarks/cli_start.py
 
-Each command runs REPEATS times in a fresh process (``workbench.entry`` as the console script
+Each command runs REPEATS times in a fresh process (``workbench.cli.entry`` as the console script
 does); the figure is the median wall time, as a ratio to the median of ``python -c pass``, and
 which heavy libraries it imported (``python -X importtime``). The listings read the catalogue
-(``workbench/catalogue.py``), built once before timing as a first call would; ``status`` runs on
+(``workbench/catalogue/cache.py``), built once before timing as a first call would;
+``status`` runs on
 a store holding a small sweep's study, after one call has kept the spec's resolution
-(``workbench/resolved.py``; an edited spec or edited code resolves it again, importing the
+(``workbench/spec/resolved.py``; an edited spec or edited code resolves it again, importing the
 task's and methods' modules, torch among them).
 """
 
@@ -34,7 +35,7 @@ budget: {steps: 20}
 REPEATS = 5
 HEAVY = ("torch", "transformers", "mlflow", "optuna", "pandas", "sklearn", "gymnasium",
          "pydantic", "matplotlib")
-ENTRY = "import sys; from workbench.entry import main; sys.argv[0] = 'workbench'; " \
+ENTRY = "import sys; from workbench.cli.entry import main; sys.argv[0] = 'workbench'; " \
         "sys.exit(main())"
 
 

@@ -54,7 +54,7 @@ BASELINE = FINGERPRINTS.replace(
 BOOKKEEPING = """
 import sys, time
 from workbench.engine.studies import study_runs
-from workbench.store import Store
+from workbench.store.database import Store
 client = Store.from_url(sys.argv[1]).mlflow_client()
 experiment = client.get_experiment_by_name("quickstart").experiment_id
 study_runs(client, experiment)  # the client's own first-call set-up is not ours

@@ -31,8 +31,9 @@ import optuna
 import torch
 from mlflow.entities import Metric, Param, RunTag
 
-from workbench import registry, seeds
-from workbench.budget import Budget
+from workbench import registry
+from workbench.common import seeds
+from workbench.common.budget import Budget
 from workbench.testbeds import get_task
 
 

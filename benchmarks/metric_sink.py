@@ -14,7 +14,7 @@ the writer runs behind, in seconds and points, sampled every 10 ms: what a SIGKI
 moment would lose. This is the wall-clock figure; the sink promises (and tests/test_sink.py
 checks) only a bound in points, since a loaded machine can leave the writer further behind.
 Read side: every point of RUNS x STEPS x 4 metrics into one DataFrame through
-``workbench.results.metric_history`` (one query) against ``MlflowClient.get_metric_history``
+``workbench.store.results.metric_history`` (one query) against ``MlflowClient.get_metric_history``
 run by run (timed on a sample of runs and scaled to all of them, as the output says).
 """
 
@@ -83,7 +83,7 @@ def bench_log_batch(url, steps):
 
 
 def bench_bare(url, steps):
-    from workbench.sink import _PostgresWriter, _SqliteWriter, rows_for
+    from workbench.store.sink import _PostgresWriter, _SqliteWriter, rows_for
 
     client, experiment = make_store(url)
     run = new_run(client, experiment)
@@ -115,7 +115,7 @@ def bench_bare(url, steps):
 
 
 def bench_sink(url, steps, runs=1):
-    from workbench.sink import MetricSink
+    from workbench.store.sink import MetricSink
 
     client, experiment = make_store(url)
     run_ids = [new_run(client, experiment) for _ in range(runs)]
@@ -139,7 +139,7 @@ def bench_lag(url, seconds):
     """Samples (seconds, points) of what is logged but not committed, every 10 ms, while one
     producer logs 4 metrics a step flat out for `seconds` (pausing 10 ms every 500 steps, as a
     loop between evaluations); and the steps logged."""
-    from workbench.sink import MetricSink
+    from workbench.store.sink import MetricSink
 
     client, experiment = make_store(url)
     run = new_run(client, experiment)
@@ -172,8 +172,8 @@ def bench_lag(url, seconds):
 
 
 def bench_read(url, runs, steps, sample):
-    from workbench import results
-    from workbench.store import Store
+    from workbench.store import results
+    from workbench.store.database import Store
 
     keys = KEYS[:4]
     _, _, client, experiment, run_ids = bench_sink_keys(url, runs, steps, keys)
@@ -194,7 +194,7 @@ def bench_read(url, runs, steps, sample):
 
 
 def bench_sink_keys(url, runs, steps, keys):
-    from workbench.sink import MetricSink
+    from workbench.store.sink import MetricSink
 
     client, experiment = make_store(url)
     run_ids = [new_run(client, experiment) for _ in range(runs)]

@@ -41,10 +41,11 @@ SEEDS = 4
 
 
 def make_sweep(folder: Path, runs: int, steps: int):
-    from workbench import engine, spec
-    from workbench import runs as layout  # the run layout ("runs" here is a count)
-    from workbench.sink import MetricSink
-    from workbench.store import Store
+    from workbench import engine
+    from workbench.spec import sweep as spec
+    from workbench.store import runs as layout
+    from workbench.store.database import Store
+    from workbench.store.sink import MetricSink
 
     trials = runs // SEEDS
     path = folder / "bench.yaml"

@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from workbench import registry
-from workbench.budget import Budget
+from workbench.common.budget import Budget
 from workbench.testbeds import get_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -83,9 +83,10 @@ def plan_of(spec_path: Path, storage: str) -> dict:
     import optuna
     import sqlalchemy as sa
 
-    from workbench import runs, spec
     from workbench.engine.trial import build_methods
-    from workbench.store import Store
+    from workbench.spec import sweep as spec
+    from workbench.store import runs
+    from workbench.store.database import Store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep = spec.load(str(spec_path), storage=storage)
@@ -148,7 +149,8 @@ def together(task_cls, params, budget, trial) -> int:
     where its seeds stopped (a pruned trial stops them all at one step)."""
     import torch
 
-    from workbench import registry, seeds
+    from workbench import registry
+    from workbench.common import seeds
 
     methods = {slot: registry.get(m["family"], m["name"])(**m["params"])
                for slot, m in trial["methods"].items()}
@@ -173,8 +175,9 @@ def floor(plan_path: str) -> None:
     each trial's wall seconds go into the plan file as ``floor``."""
     import torch
 
-    from workbench import registry, seeds
-    from workbench.budget import Budget
+    from workbench import registry
+    from workbench.common import seeds
+    from workbench.common.budget import Budget
     from workbench.testbeds import get_task
 
     plan = json.loads(Path(plan_path).read_text())

@@ -9,8 +9,8 @@ import random
 import torch
 
 from workbench.families import AdvantageMethod, BatchSizeMethod, EntropyMethod, StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference
 
 _NOWHERE = Reference("test fixture", 2026)

@@ -65,8 +65,8 @@ def study_name(storage: str, title: str) -> str:
     """The Optuna study that a sweep runs under its readable name ``SWEEP.SLOT=LABEL[+...]``
     (Optuna's name carries the study's fingerprint): the current one, found through the
     sweep's study runs (tag ``workbench.study_title``)."""
-    from workbench import runs
-    from workbench.store import Store
+    from workbench.store import runs
+    from workbench.store.database import Store
 
     client = Store.from_url(storage).mlflow_client()
     experiment = client.get_experiment_by_name(title.split(".", 1)[0])

@@ -21,8 +21,10 @@ import sqlalchemy
 from sqlalchemy import event
 
 from tests.kill_hooks.sitecustomize import is_ddl
-from workbench import engine, spec, store_schema
-from workbench.store import Store, StoreError
+from workbench import engine
+from workbench.spec import sweep as spec
+from workbench.store import schema as store_schema
+from workbench.store.database import Store, StoreError
 
 
 def complete(kind: str, path: Path) -> str | None:

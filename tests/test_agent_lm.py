@@ -338,7 +338,7 @@ def test_backend_generates_one_action_per_active_row(tiny):
 def test_methods_needing_what_the_turn_loop_lacks_are_refused():
     """No Monte Carlo continuations on the language-model loop: the spec check leaves out
     spo_chain, and keeps the turn-level and the tree estimators (tests/test_agent_lm_trees.py)."""
-    from workbench.spec import fitting_methods
+    from workbench.spec.resolve import fitting_methods
 
     for name in ("keydoor-lm", "toolcalc-lm"):
         fits = fitting_methods(get_task(name), "advantage")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, run_cli
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
 from workbench.testbeds import Budget, get_task
 from workbench.testbeds.agent import keydoor
 from workbench.testbeds.agent.environment import NO_OP

@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
+from workbench.common.validation import SpecError, validate
 from workbench.testbeds import TASKS, Budget
 from workbench.testbeds.agent import toolcalc
 from workbench.testbeds.agent.keydoor import KeyDoor, generate
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.toolcalc import ToolCalc
 from workbench.testbeds.agent.tree import TreeShape, once_per_node, play_trees
-from workbench.validation import SpecError, validate
 
 MAX_STEPS = 10
 

@@ -6,8 +6,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import tiny_spec
-from workbench import engine, spec
-from workbench.store import Store
+from workbench import engine
+from workbench.spec import sweep as spec
+from workbench.store.database import Store
 
 
 @pytest.mark.slow

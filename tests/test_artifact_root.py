@@ -6,8 +6,8 @@ import os
 import pytest
 
 from tests.conftest import run_cli, tiny_spec
-from workbench.artifacts import BadArtifactRoot, experiment_location, normalise_root
 from workbench.engine.workers import gpu_for_worker
+from workbench.store.artifacts import BadArtifactRoot, experiment_location, normalise_root
 
 
 @pytest.mark.parametrize("given, stored", [

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, files_under, run_cli, tiny_spec
-from workbench import cli, engine, registry
+from workbench import engine, registry
+from workbench.cli import main as cli
 
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -2,7 +2,7 @@
 ``budget: {samples: N}`` compares methods at matched samples whatever their batch (seen: a
 sweep "at 200,000 environment steps" stopped its 4-environment PPO at 100 updates, 12,800)."""
 
-from workbench.budget import MAX_STEPS, Budget
+from workbench.common.budget import MAX_STEPS, Budget
 
 
 def test_steps_default_to_100_only_when_no_other_limit_is_given():
@@ -20,7 +20,7 @@ def test_a_samples_budget_alone_plans_its_steps_from_the_batch():
 
 
 def test_a_spec_with_a_samples_budget_alone_runs_past_100_steps(tmp_path):
-    from workbench import spec
+    from workbench.spec import sweep as spec
 
     path = tmp_path / "s.yaml"
     path.write_text("name: s\ntask: {name: quadratic}\nmethods: {step_size: [constant]}\n"

@@ -233,7 +233,7 @@ def test_the_listings_come_from_a_catalogue_that_an_edit_refreshes(tmp_path, mon
     import os
 
     from tests.conftest import ROOT
-    from workbench import catalogue
+    from workbench.catalogue import cache as catalogue
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     built = []

@@ -20,8 +20,8 @@ from tests.broken_methods import (
 )
 from workbench import families, registry
 from workbench.families import AdvantageMethod, EntropyMethod, StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Choice, Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference
 
 
@@ -189,7 +189,7 @@ def test_advantage_inputs_have_the_documented_shapes_and_padding():
 
 def test_the_check_command_reports_in_plain_words(registered, capsys):
     from tests.broken_methods import NegativeStepSize
-    from workbench import cli
+    from workbench.cli import main as cli
 
     registered(NegativeStepSize)
     assert cli.main(["check", "step_size/broken_negative_step"]) == 1

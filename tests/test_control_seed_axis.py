@@ -18,8 +18,8 @@ from tests.test_seed_axis import (
 )
 from workbench import registry
 from workbench.families import ContractViolation, StepSizeMethod, check
+from workbench.families.optim import FlatOptimizer
 from workbench.families.step_size import check_configuration as check_step_size
-from workbench.optim import FlatOptimizer
 from workbench.registry import _REGISTRY, Reference, register
 from workbench.testbeds import get_task
 from workbench.testbeds.control.envs import TORCH_ENVS

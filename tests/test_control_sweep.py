@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
-from workbench import spec as spec_module
+from workbench.spec import sweep as spec_module
 
 
 def control_spec(**overrides) -> dict:

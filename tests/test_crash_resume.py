@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import communicate, kill, tail, wait_until
-from workbench import engine, spec
+from workbench import engine
+from workbench.spec import sweep as spec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # Metric rows the whole kill-test sweep logs (2 studies x 3 trials x 2 seeds x 1,501 steps x
@@ -115,7 +116,7 @@ def wait_for_sweeps(procs, storage, what, timeout=900):
 
 
 def mlflow_url_of(storage: str) -> str:
-    from workbench.store import Store
+    from workbench.store.database import Store
 
     return Store.from_url(storage).mlflow_url
 

@@ -18,7 +18,9 @@ import torch
 import yaml
 from scipy import stats as scipy_stats
 
-from workbench import cli, seeds
+from workbench.cli import main as cli
+from workbench.common import seeds
+from workbench.common.validation import SpecError
 from workbench.credit import measures
 from workbench.credit import plan as credit_plan
 from workbench.credit.checkpoint import held_out, memo_policy, train_checkpoint
@@ -28,7 +30,6 @@ from workbench.testbeds.agent.ground_truth import exact_advantages
 from workbench.testbeds.agent.keydoor import KeyDoor
 from workbench.testbeds.agent.loop import mc_values_of
 from workbench.testbeds.agent.task import KeyDoorTask
-from workbench.validation import SpecError
 
 # tree_grpo's trees: 2 per instance of 1 + 3 leaves each, G / 2 of them kept
 TINY_TASK = {"name": "keydoor", "params": {

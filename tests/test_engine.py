@@ -6,9 +6,10 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from workbench import engine, spec
+from workbench import engine
 from workbench.families import StepSizeMethod
 from workbench.registry import _REGISTRY, Reference, register
+from workbench.spec import sweep as spec
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def test_a_diverging_run_is_pruned_with_a_reason(write_spec, tmp_path):
 
 
 def test_the_divergence_rule():
-    from workbench.objective import Divergence
+    from workbench.stats.objective import Divergence
 
     loss = Divergence("train/loss", "minimize")
     assert [loss.check(v) for v in (0.69, 3.0, 6.9e5)] == [None, None, None]

@@ -12,8 +12,15 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import tiny_spec
-from workbench import engine, fingerprint, registry, report, runs, spec
-from workbench.store import Store
+from workbench import engine, registry, report
+from workbench.common import fingerprint
+from workbench.common.validation import SpecError
+from workbench.spec import sweep as spec
+from workbench.spec.plan import Sweep
+from workbench.spec.resolve import evaluation_plan
+from workbench.spec.schema import EvaluationSpec
+from workbench.store import runs
+from workbench.store.database import Store
 
 PLUGIN = "fp_plugin"
 MY_RULE = '''"""A constant step scaled by helpers.SCALE: a method in a package of its own."""
@@ -65,11 +72,11 @@ def plugin(tmp_path, monkeypatch):
     registry.forget_module(PLUGIN)
 
 
-def load(write_spec, document: dict, name: str = "spec.yaml") -> spec.Sweep:
+def load(write_spec, document: dict, name: str = "spec.yaml") -> Sweep:
     return spec.load(write_spec(document, name))
 
 
-def fingerprints(sweep: spec.Sweep) -> dict[str, str]:
+def fingerprints(sweep: Sweep) -> dict[str, str]:
     return {plan.label: plan.fingerprint for plan in sweep.studies}
 
 
@@ -133,9 +140,9 @@ def test_the_code_is_every_module_the_run_imports_and_nothing_else(write_spec, p
     code = sweep.studies[1].document["code"]
     for module in (f"{PLUGIN}.my_rule", f"{PLUGIN}.helpers", PLUGIN,
                    "methods.step_size.constant", "workbench.engine.trial",
-                   "workbench.testbeds.optimisation.logreg", "workbench.seeds"):
+                   "workbench.testbeds.optimisation.logreg", "workbench.common.seeds"):
         assert module in code, module
-    for module in (f"{PLUGIN}.unused", "workbench.report", "workbench.cli",
+    for module in (f"{PLUGIN}.unused", "workbench.report", "workbench.cli.main",
                    "workbench.testbeds.rlvr.model", "methods.step_size.polyak"):
         assert module not in code, module
     assert set(sweep.studies[1].document["versions"]) >= {"torch", "numpy", "optuna"}
@@ -195,40 +202,40 @@ def test_the_line_scanner_finds_every_import_ast_finds_in_the_project():
 def test_two_entries_that_are_the_same_study_are_refused(write_spec):
     document = tiny_spec(methods={"step_size": [{"name": "constant", "label": "A"},
                                                 {"name": "constant", "label": "B"}]})
-    with pytest.raises(spec.SpecError, match="step_size=A and step_size=B are the same study"):
+    with pytest.raises(SpecError, match="step_size=A and step_size=B are the same study"):
         load(write_spec, document)
 
 
 def test_held_out_seeds_are_disjoint_from_the_tuning_seeds(write_spec):
-    plan = spec.evaluation_plan(spec.EvaluationSpec(seeds=4, first_seed=1), [0, 1, 2, 5])
+    plan = evaluation_plan(EvaluationSpec(seeds=4, first_seed=1), [0, 1, 2, 5])
     assert plan.seeds == [3, 4, 6, 7] and plan.rule == "fixed"
     adaptive = load(write_spec, tiny_spec(evaluation={"seeds": {"min": 3, "max": 6}}))
     assert adaptive.evaluation.seeds == [1000, 1001, 1002, 1003, 1004, 1005]
     assert (adaptive.evaluation.first, adaptive.evaluation.step) == (3, 3)
-    with pytest.raises(spec.SpecError, match="evaluation.seeds"):
+    with pytest.raises(SpecError, match="evaluation.seeds"):
         load(write_spec, tiny_spec(evaluation={"seeds": {"min": 6, "max": 3}}))
 
 
 # ------------------------------------------------------------------------- sweeps for real
 
 
-def sweep_once(sweep: spec.Sweep) -> list[str]:
+def sweep_once(sweep: Sweep) -> list[str]:
     notes: list[str] = []
     engine.run_sweep(sweep, device="cpu", say=notes.append)
     return notes
 
 
-def store_runs(sweep: spec.Sweep, name: str | None = None) -> list:
+def store_runs(sweep: Sweep, name: str | None = None) -> list:
     client = Store.from_url(sweep.storage).mlflow_client()
     experiment = client.get_experiment_by_name(name or sweep.name)
     return client.search_runs([experiment.experiment_id], max_results=10_000)
 
 
-def trials_of(sweep: spec.Sweep, plan) -> list:
+def trials_of(sweep: Sweep, plan) -> list:
     return optuna.load_study(study_name=plan.name, storage=sweep.storage).get_trials()
 
 
-def build_report(sweep: spec.Sweep, tmp_path, **ref) -> str:
+def build_report(sweep: Sweep, tmp_path, **ref) -> str:
     out = tmp_path / f"report-{sweep.name}"
     report.build(report.SweepRef(sweep.name, sweep.storage, **ref), out)
     return (out / f"table_{sweep.name}.md").read_text()
@@ -443,8 +450,8 @@ def test_a_study_superseded_after_a_kill_leaves_no_run_running(write_spec, tmp_p
     import sys
 
     from workbench.engine import Claims, TrialRunner
-    from workbench.run_writer import RunWriter
-    from workbench.sink import MetricSink
+    from workbench.store.run_writer import RunWriter
+    from workbench.store.sink import MetricSink
 
     document = tiny_spec(methods={"step_size": ["constant"]}, trials=2,
                          storage=f"sqlite:///{tmp_path / 'store.db'}")

@@ -1,4 +1,4 @@
-"""GPU provenance tags and the ``gpu/*`` metrics (``workbench.gpu``): sensible values on the
+"""GPU provenance tags and the ``gpu/*`` metrics (``workbench.common.gpu``): sensible values on the
 CPU, the real ones on CUDA (``gpu``-marked)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import importlib.util
 import pytest
 import torch
 
-from workbench import metrics, runs
+from workbench.common import metrics
+from workbench.common.gpu import GpuStats, gpu_tags
 from workbench.engine.trial import with_gpu_metrics
-from workbench.gpu import GpuStats, gpu_tags
+from workbench.store import runs
 
 
 def test_provenance_names_the_gpu_cuda_driver_and_the_rlvr_libraries():
@@ -43,7 +44,7 @@ def test_without_a_gpu_the_tags_say_none_and_no_metric_is_logged():
 def test_the_gpu_metric_names_are_in_the_vocabulary():
     for name in ("gpu/peak_memory_mib", "gpu/utilization"):
         assert name in metrics.VOCABULARY
-        assert metrics.VOCABULARY[name].computed_by == "workbench.gpu.GpuStats"
+        assert metrics.VOCABULARY[name].computed_by == "workbench.common.gpu.GpuStats"
 
 
 @pytest.mark.gpu

@@ -18,8 +18,8 @@ import yaml
 from tests.conftest import files_under, run_cli, tiny_spec
 from tests.test_ui_browser import _free_port, _kill_group
 from tests.waiting import communicate, scaled, tail, wait_until
-from workbench import cli
-from workbench.store import redact
+from workbench.cli import main as cli
+from workbench.store.database import redact
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
 

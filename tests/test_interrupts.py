@@ -64,7 +64,7 @@ def test_a_signal_flushes_metrics_and_marks_the_runs(signum, write_spec, tmp_pat
         assert len(client.get_metric_history(seed_run.info.run_id, key)) == len(steps)
 
 
-@pytest.mark.parametrize("module", ["workbench.cli", "workbench.spec", "torch"])
+@pytest.mark.parametrize("module", ["workbench.cli.main", "workbench.spec.sweep", "torch"])
 def test_ctrl_c_while_the_command_line_starts_prints_one_line_and_exits_130(module, tmp_path,
                                                                             write_spec):
     """Ctrl-C at any moment, even while the modules a command needs are being imported: one

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import scaled
-from workbench.store import Store
+from workbench.store.database import Store
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MLFLOW_STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "KILLED",
@@ -51,7 +51,7 @@ def wait_for(condition, bound=300 * float(os.environ.get("WORKBENCH_TEST_TIMEOUT
 
 # die just before the trial run is closed (its end's tags, metrics and status: one transaction)
 DIE_BEFORE_FINISH_RUN = '''
-from workbench.run_writer import RunWriter
+from workbench.store.run_writer import RunWriter
 _finish = RunWriter.finish
 def finish(self, ends):
     if any(run_kind(self.client, end.run_id) == "trial" for end in ends):
@@ -65,8 +65,8 @@ RunWriter.finish = finish
 # terminated
 DIE_BEFORE_SET_TERMINATED = '''
 from mlflow.tracking import MlflowClient
-import workbench.run_writer
-workbench.run_writer.open_writer = lambda *args: None
+import workbench.store.run_writer
+workbench.store.run_writer.open_writer = lambda *args: None
 _set_terminated = MlflowClient.set_terminated
 def set_terminated(self, run_id, *args, **kwargs):
     if run_kind(self, run_id) == "trial":
@@ -169,7 +169,7 @@ import optuna
 from optuna.trial import TrialState
 from workbench import runs
 from workbench.engine.claims import Claims
-from workbench.store import Store
+from workbench.store.database import Store
 
 MARKS = Path(os.environ["WORKBENCH_TEST_MARKS"])
 HELD = []

@@ -18,7 +18,7 @@ HEAVY = ["transformers", "matplotlib", "sklearn"]
 # runs the command line in this process, then prints which of HEAVY it imported
 PROBE = """
 import json, sys
-from workbench.cli import main
+from workbench.cli.main import main
 code = main(sys.argv[2:])
 print(json.dumps({"code": code, "imported": [m for m in sys.argv[1].split(",")
                                              if m in sys.modules],

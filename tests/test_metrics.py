@@ -1,4 +1,4 @@
-"""The metric vocabulary (workbench/metrics.py): one meaning per name across testbeds."""
+"""The metric vocabulary (workbench/common/metrics.py): one meaning per name across testbeds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from workbench import metrics, registry
+from workbench import registry
+from workbench.common import metrics
 from workbench.testbeds import TASKS, Budget
 
 TINY_RLVR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "warmup_steps": 30,
@@ -76,8 +77,8 @@ def test_every_logged_name_is_in_the_vocabulary(task_name, params, methods):
     names = logged_names(task_name, params, methods, values)
     assert len(names) > 5
     unknown = sorted(n for n in names if not metrics.is_known(n))
-    assert not unknown, f"{task_name} logs names that workbench/metrics.py does not define: " \
-                        f"{unknown}"
+    assert not unknown, f"{task_name} logs names that workbench/common/metrics.py does not " \
+                        f"define: {unknown}"
     task = TASKS[task_name]
     declared = task.metric_bounds(task.Params(**params))
     for name, logged in values.items():  # every declared range holds on what is logged
@@ -116,4 +117,4 @@ def test_metric_bounds_come_from_the_vocabulary_narrowed_by_the_task():
 def test_readme_metrics_table_is_the_vocabulary():
     readme = (ROOT / "README.md").read_text()
     assert metrics.markdown_table() in readme, \
-        "README's metrics table differs from workbench.metrics.markdown_table(); paste it in"
+        "README's metrics table differs from workbench.common.metrics.markdown_table(); paste it in"

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench import cli, registry
+from workbench import registry
+from workbench.cli import main as cli
 from workbench.testbeds import Budget
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.logreg import LogReg

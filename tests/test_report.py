@@ -11,7 +11,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_cli, tiny_spec
 from tests.waiting import scaled
-from workbench import cli, engine, spec
+from workbench import engine
+from workbench.cli import main as cli
+from workbench.spec import sweep as spec
 
 FIGURES = ["final", "profiles", "best_of_k", "sensitivity_tiny", "curves_train-loss_step",
            "curves_train-loss_cost-samples", "curves_train-loss_cost-grad_evals",
@@ -181,7 +183,7 @@ def test_a_sweep_is_reported_by_its_name_from_the_store(forgotten):
 
 
 def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
-    from workbench import runs
+    from workbench.store import runs
 
     folder, store, document = forgotten
     client = MlflowClient(store.replace("store.db", "store.mlflow.db"))
@@ -197,8 +199,8 @@ def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     message = result.stderr.strip()
     assert message.startswith(f"error: sweep gone: study '{name}' was written by an older "
-                              "workbench: no workbench.study_record or workbench.fingerprint "
-                              "tag"), message
+                              "workbench: no workbench.store.study_record or "
+                              "workbench.common.fingerprint tag"), message
     assert "rerun `workbench sweep`" in message and len(message.splitlines()) == 1
     assert not (folder / "old").exists()
 
@@ -212,8 +214,8 @@ def test_a_study_written_before_the_record_says_to_rerun_the_sweep(forgotten):
 
 
 def test_a_long_study_record_spans_several_tags_and_reads_back():
-    from workbench import runs
-    from workbench.study_record import ReportOptions, StudyRecord
+    from workbench.store import runs
+    from workbench.store.study_record import ReportOptions, StudyRecord
 
     record = StudyRecord(task="logreg", metric="train/loss", direction="minimize", at="final",
                          metric_directions={"train/loss": "minimize"}, seeds=list(range(3000)),
@@ -253,8 +255,8 @@ def test_a_band_through_zero_on_a_log_axis_runs_to_the_floor(swept, monkeypatch)
     smallest value, instead (not to the lowest raw value, which can be 100 decades down)."""
     import numpy as np
 
-    from workbench import stats
     from workbench.report import data, figures
+    from workbench.stats import aggregates as stats
 
     folder, _ = swept
     d = data.read_sweep(data.SweepRef("tiny", f"sqlite:///{folder / 'store.db'}"), None)

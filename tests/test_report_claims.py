@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
-from workbench import engine, report, spec
+from workbench import engine, report
 from workbench.reproduce import checks
-from workbench.sink import MetricSink
-from workbench.stats_claims import Reach, first_reach, km_median, loglog_fit, loglog_slope
-from workbench.store import Store
-from workbench.study_record import ReportOptions
+from workbench.spec import sweep as spec
+from workbench.stats.claims import Reach, first_reach, km_median, loglog_fit, loglog_slope
+from workbench.store.database import Store
+from workbench.store.sink import MetricSink
+from workbench.store.study_record import ReportOptions
 
 SPLIT = {"metric": "eval/response_length", "by": ["correct", "incorrect"]}
 

@@ -6,11 +6,12 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
-from workbench import engine, spec
+from workbench import engine
+from workbench.common.validation import SpecError
 from workbench.engine import studies
 from workbench.report import data
-from workbench.store import Store
-from workbench.validation import SpecError
+from workbench.spec import sweep as spec
+from workbench.store.database import Store
 
 
 def test_a_study_without_trials_is_reported_as_having_none(tmp_path):
@@ -73,8 +74,9 @@ def test_tables_and_bands_of_a_bounded_metric_stay_inside_its_range(tmp_path, mo
     import numpy as np
     import pandas as pd
 
-    from workbench import metrics, stats
+    from workbench.common import metrics
     from workbench.report import figures
+    from workbench.stats import aggregates as stats
 
     storage = f"sqlite:///{tmp_path / 'store.db'}"
     path = tmp_path / "tiny.yaml"

@@ -13,10 +13,12 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from workbench import cli, reproduce, spec
+from workbench import reproduce
+from workbench.cli import main as cli
+from workbench.common.validation import SpecError
 from workbench.reproduce import checks
 from workbench.reproduce import claim as claims
-from workbench.validation import SpecError
+from workbench.spec import sweep as spec
 
 FOLDERS = claims.folders(reproduce.ROOT)
 
@@ -85,7 +87,7 @@ def test_a_slope_of_a_power_law_is_its_exponent():
 def test_a_change_is_the_fitted_lines_rise_over_the_window(tmp_path):
     """A change check reads a curve's drift: a noisy line rising 0.05 a step rises 4 over
     steps 20-100 (and NaN where the window holds fewer than 3 steps)."""
-    from workbench.stats_claims import linear_change
+    from workbench.stats.claims import linear_change
 
     steps = np.arange(1, 101, dtype=float)
     noise = np.random.default_rng(0).normal(0, 0.5, steps.size)

@@ -1,4 +1,4 @@
-"""`status` and `report` keep a spec's resolution (workbench/resolved.py): read back while
+"""`status` and `report` keep a spec's resolution (workbench/spec/resolved.py): read back while
 nothing it depends on changed, resolved again (with every check) as soon as something did."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import sys
 import yaml
 
 from tests.conftest import tiny_spec
-from workbench import resolved, spec
+from workbench.spec import resolved
+from workbench.spec import sweep as spec
 
 
 def _count_resolutions(monkeypatch) -> list[str]:
@@ -51,7 +52,7 @@ def test_a_kept_resolution_equals_the_full_one_until_the_spec_or_the_code_change
 def test_status_with_a_kept_resolution_imports_neither_torch_nor_mlflow(write_spec, tmp_path):
     path = write_spec(tiny_spec(storage=f"sqlite:///{tmp_path / 'store.db'}", trials=1))
     env_cache = {"WORKBENCH_CACHE": str(tmp_path / "cache")}
-    probe = ("import sys; from workbench.entry import main; sys.argv[0] = 'workbench'; "
+    probe = ("import sys; from workbench.cli.entry import main; sys.argv[0] = 'workbench'; "
              "code = main(); print('imported:', sorted(m for m in ('torch', 'mlflow', "
              "'transformers', 'pandas') if m in sys.modules)); sys.exit(code)")
     import os

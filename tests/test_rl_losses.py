@@ -110,7 +110,7 @@ def test_ppo_clip_loss_by_hand():
 
 
 def test_approx_kl_is_k3_on_the_log_ratio_clamped_to_20():
-    """One definition in both RL loops (workbench/metrics.py): k3 with verl's +-20 clamp."""
+    """One definition in both RL loops (workbench/common/metrics.py): k3 with verl's +-20 clamp."""
     old = torch.zeros(1, 3, dtype=torch.float64)
     new = torch.tensor([[30.0, -30.0, 0.1]], dtype=torch.float64)
     mask = torch.ones(1, 3, dtype=torch.float64)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.test_rlvr_loop import TINY, run_rlvr
-from workbench import metrics, registry
+from workbench import registry
+from workbench.common import metrics
 from workbench.testbeds import Budget, get_task
 from workbench.testbeds.rlvr.backends import Rollouts
 from workbench.testbeds.rlvr.lengths import lengths_by_correctness

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workbench import cli
+from workbench.cli import main as cli
 
 TINY = ["hidden=32", "layers=1", "heads=2", "intermediate=64", "warmup_steps=30",
         "warmup_batch=16", "n_train=200", "n_eval=16", "eval_k_prompts=4", "eval_k=2",

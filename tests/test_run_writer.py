@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from workbench import runs
-from workbench.run_writer import WRITTEN, NewRun, RunEnd, RunWriter
+from workbench.store import runs
+from workbench.store.run_writer import WRITTEN, NewRun, RunEnd, RunWriter
 
 UNKNOWN = {**WRITTEN, "runs": (WRITTEN["runs"][0] | {"a column no store has"},
                                WRITTEN["runs"][1])}
@@ -133,7 +133,7 @@ def test_a_failed_write_leaves_no_run_behind(sqlite_store):
 
 def test_an_unknown_layout_goes_through_the_client_and_says_so_once(sqlite_store, caplog):
     url, client, experiment = sqlite_store
-    with caplog.at_level(logging.WARNING, logger="workbench.sink"):
+    with caplog.at_level(logging.WARNING, logger="workbench.store.sink"):
         for _ in range(2):
             RunWriter(client, url, written=UNKNOWN).close()
     said = [r for r in caplog.records if "run writer" in r.getMessage()]

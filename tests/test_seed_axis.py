@@ -16,12 +16,13 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from workbench import engine, registry, spec
-from workbench.budget import Budget
+from workbench import engine, registry
+from workbench.common.budget import Budget
 from workbench.families import ContractViolation, StepSizeMethod, check
 from workbench.families.batch_size import check_configuration as check_batch_size
 from workbench.families.step_size import check_configuration as check_step_size
 from workbench.registry import _REGISTRY, Reference, register
+from workbench.spec import sweep as spec
 from workbench.testbeds import get_task
 
 CPU = torch.device("cpu")

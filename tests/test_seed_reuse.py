@@ -10,10 +10,13 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, tiny_spec
-from workbench import runs, spec, stats
 from workbench.engine import trial_seeds
 from workbench.report.data import SweepRef, read_sweep
-from workbench.store import Store
+from workbench.spec import sweep as spec
+from workbench.spec.plan import Sweep
+from workbench.stats import aggregates as stats
+from workbench.store import runs
+from workbench.store.database import Store
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +26,7 @@ def edit_spec(path, **edit) -> None:
     path.write_text(yaml.safe_dump({**document, **edit}, sort_keys=False))
 
 
-def sweep_with(path, tmp_path, said: str = "", **edit) -> spec.Sweep:
+def sweep_with(path, tmp_path, said: str = "", **edit) -> Sweep:
     """Write the spec with ``edit``, run `workbench sweep` on it (its stderr says ``said``);
     the loaded sweep."""
     edit_spec(path, **edit)
@@ -33,7 +36,7 @@ def sweep_with(path, tmp_path, said: str = "", **edit) -> spec.Sweep:
     return spec.load(path).on_device("cpu")
 
 
-def seed_runs(sweep: spec.Sweep) -> dict[str, list[int]]:
+def seed_runs(sweep: Sweep) -> dict[str, list[int]]:
     """Trial run id -> the seeds of its finished seed runs."""
     client = Store.from_url(sweep.storage).mlflow_client()
     experiment = client.get_experiment_by_name(sweep.name).experiment_id
@@ -45,7 +48,7 @@ def seed_runs(sweep: spec.Sweep) -> dict[str, list[int]]:
     return {trial: sorted(seeds) for trial, seeds in found.items()}
 
 
-def seed_run_count(sweep: spec.Sweep) -> int:
+def seed_run_count(sweep: Sweep) -> int:
     """Every seed run of the sweep, whatever its status (each one a training execution)."""
     client = Store.from_url(sweep.storage).mlflow_client()
     experiment = client.get_experiment_by_name(sweep.name).experiment_id
@@ -53,7 +56,7 @@ def seed_run_count(sweep: spec.Sweep) -> int:
                                   max_results=10_000))
 
 
-def seed_objectives(sweep: spec.Sweep) -> dict[tuple[str, int], float]:
+def seed_objectives(sweep: Sweep) -> dict[tuple[str, int], float]:
     client = Store.from_url(sweep.storage).mlflow_client()
     experiment = client.get_experiment_by_name(sweep.name).experiment_id
     return {(r.data.tags["mlflow.parentRunId"], int(r.data.tags[runs.SEED_TAG])):
@@ -62,7 +65,7 @@ def seed_objectives(sweep: spec.Sweep) -> dict[tuple[str, int], float]:
                                         "attributes.status = 'FINISHED'", max_results=10_000)}
 
 
-def check_values_over(sweep: spec.Sweep, seeds: list[int]) -> list:
+def check_values_over(sweep: Sweep, seeds: list[int]) -> list:
     """Every trial of the one study is complete with its Optuna value over ``seeds`` exactly
     (the aggregate of those seed runs' objectives); its trials."""
     (plan,) = sweep.studies
@@ -86,7 +89,7 @@ def status_of(path, tmp_path) -> str:
     return result.stdout
 
 
-def check_report(sweep: spec.Sweep, seeds: list[int]) -> None:
+def check_report(sweep: Sweep, seeds: list[int]) -> None:
     """The report ranks every trial on ``seeds`` and shows the best trial's runs of them."""
     data = read_sweep(SweepRef(sweep.name, sweep.storage))
     (method,) = data.methods
@@ -162,7 +165,7 @@ def test_on_a_seed_axis_the_missing_seeds_run_on_an_axis_of_their_own(write_spec
 def test_a_trial_over_other_seeds_is_left_out_of_the_ranking():
     """What status, the claims and the evaluation rank: only complete trials whose objective
     is over the sweep's seeds; a trial lacking seeds is pending until its extension ends."""
-    from workbench.optuna_tables import TrialRow
+    from workbench.store.optuna_tables import TrialRow
 
     told = TrialRow(0, "COMPLETE", 1.0, user_attrs={trial_seeds.SEED_VALUES: {"0": 1.0,
                                                                                "1": 1.0}})
@@ -184,7 +187,7 @@ def test_an_extension_whose_worker_died_is_taken_again_and_its_run_failed(write_
     import subprocess
     import sys
 
-    from workbench.processes import this_host
+    from workbench.common.processes import this_host
 
     path = write_spec(tiny_spec(trials=1, seeds=2, methods={"step_size": ["constant"]},
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
 from workbench.testbeds import Budget, get_task
 
 # The positions as first published. Append-only: a new purpose gets a new position here too.

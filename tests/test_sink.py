@@ -14,9 +14,9 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from tests.waiting import scaled, tail, wait_until
-from workbench import results
-from workbench.sink import WRITTEN, MetricSink
-from workbench.store import Store
+from workbench.store import results
+from workbench.store.database import Store
+from workbench.store.sink import WRITTEN, MetricSink
 
 POINTS = [  # (key, value, timestamp_ms, step): NaN, +-Inf, duplicates, steps out of order
     ("loss", 1.5, 1000, 0), ("loss", 1.2, 1001, 1), ("loss", float("nan"), 1002, 2),
@@ -94,7 +94,7 @@ def test_sink_matches_mlflow_client_on_postgresql(pg_store):
 
 
 def assert_read_side_matches(url, client, experiment, run_ids):
-    """workbench.results reads, in one query, what MlflowClient reads run by run."""
+    """workbench.store.results reads, in one query, what MlflowClient reads run by run."""
     keys = sorted({p[0] for p in POINTS})
     frame = results.metric_history(Store(url, url, Path(".")), experiment, keys)
     for run_id in run_ids:
@@ -134,7 +134,7 @@ UNKNOWN = {"metrics": (frozenset({"a column no store has"}), frozenset())}
 
 def test_unknown_schema_writes_through_log_batch_and_says_so_once(store, caplog):
     url, client, experiment = store
-    with caplog.at_level(logging.WARNING, logger="workbench.sink"):
+    with caplog.at_level(logging.WARNING, logger="workbench.store.sink"):
         ours, theirs = log_both(client, experiment, {"written": UNKNOWN}, url, [POINTS])
         MetricSink(url, written=UNKNOWN).close()
     warnings = [r for r in caplog.records if "is not one it knows" in r.getMessage()]
@@ -193,7 +193,7 @@ def test_writer_errors_reach_the_producer(store):
 # the kill), and prints a line `flushed N` when flush() returned with steps 0 .. N-1 in it.
 CHILD = textwrap.dedent("""
     import mmap, sys
-    from workbench.sink import MetricSink
+    from workbench.store.sink import MetricSink
     url, run, counter_path = sys.argv[1:4]
     flush_interval, max_pending, flush_every, stop_after = map(float, sys.argv[4:8])
     with open(counter_path, "r+b") as f:

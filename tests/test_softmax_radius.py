@@ -8,7 +8,7 @@ import torch
 
 from tests.test_aegd import A, Y
 from workbench import registry
-from workbench.budget import Budget
+from workbench.common.budget import Budget
 from workbench.testbeds.optimisation import logreg
 
 

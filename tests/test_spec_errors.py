@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.conftest import files_under, run_cli, tiny_spec
-from workbench import cli
+from workbench.cli import main as cli
 
 
 def without(spec, *keys):

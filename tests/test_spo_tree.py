@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from methods.advantage.spo_tree import SPOTree
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
+from workbench.common.validation import SpecError, validate
 from workbench.families import check
 from workbench.testbeds import TASKS, Budget
 from workbench.testbeds.agent.keydoor import KeyDoor, generate
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.tree import SegmentShape, play_segment_trees
-from workbench.validation import SpecError, validate
 
 # One instance's tree of segments (a segment: a chain of steps between branch points) and the
 # leaf scores: root -> A (2 steps) -> {A1 (2 steps, score 1), A2 (1 step) -> {A2a (1 step,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from workbench import stats
+from workbench.stats import aggregates as stats
 
 
 def test_iqm_of_a_known_array():

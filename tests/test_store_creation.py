@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, run_cli, tiny_spec
-from workbench import store_schema
-from workbench.store import Store
+from workbench.store import schema as store_schema
+from workbench.store.database import Store
 
 HOOKS = ROOT / "tests" / "kill_hooks"
 SPEC = tiny_spec(methods={"step_size": ["constant"]}, seeds=1, trials=2,

@@ -5,8 +5,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from workbench.store import Store
-from workbench.store_optuna import WorkerStorage
+from workbench.store.database import Store
+from workbench.store.optuna_storage import WorkerStorage
 
 
 @pytest.fixture

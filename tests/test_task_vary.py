@@ -8,7 +8,10 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import tiny_spec
-from workbench import cli, engine, runs, spec
+from workbench import engine
+from workbench.cli import main as cli
+from workbench.spec import sweep as spec
+from workbench.store import runs
 
 STEPS = 6
 

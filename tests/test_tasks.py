@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
 from workbench.testbeds import Budget
 from workbench.testbeds.optimisation.logreg import LogReg, LogRegParams, make_data
 from workbench.testbeds.optimisation.quadratic import Quadratic, QuadraticParams, make_problem

@@ -7,7 +7,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from workbench import registry, seeds
+from workbench import registry
+from workbench.common import seeds
 from workbench.testbeds import TASKS, Budget
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workbench import cli
+from workbench.cli import main as cli
 
 
 def steps_to_separate(capsys, method: str, n: int) -> float:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from workbench import runs, spec, ui_views
+from workbench.spec import sweep as spec
+from workbench.store import runs, ui_views
 
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
@@ -54,15 +55,18 @@ def test_the_chart_shows_each_methods_best_trial_as_the_report_does(write_spec, 
     from mlflow import MlflowClient
 
     from tests.conftest import tiny_spec
-    from workbench import cli, report, results
-    from workbench.store import Store
+    from workbench import report
+    from workbench.cli import main as cli
+    from workbench.cli.servers import print_views
+    from workbench.store import results
+    from workbench.store.database import Store
 
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     path = write_spec(tiny_spec(trials=3, budget={"steps": 8}))
     assert cli.main(["sweep", str(path), "--storage", url, "--quiet"]) == 0
     sweep, store = spec.load(str(path), storage=url), Store.from_url(url)
-    cli._print_views(store, sweep, "http://h:1")
+    print_views(store, sweep, "http://h:1")
     client = MlflowClient(store.mlflow_url)
     experiment = results.experiment_id(store, sweep.name)
     state = json.loads(client.get_experiment(experiment).tags[

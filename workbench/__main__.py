@@ -1,5 +1,5 @@
 import sys
 
-from workbench.entry import main
+from workbench.cli.entry import main
 
 sys.exit(main())

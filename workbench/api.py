@@ -1,5 +1,5 @@
 """The Python API for notebooks: a sweep's runs and metrics as pandas DataFrames, read from the
-store with a few SQL queries (``workbench.results``), on SQLite and PostgreSQL alike.
+store with a few SQL queries (``workbench.store.results``), on SQLite and PostgreSQL alike.
 
     >>> from workbench import load_runs, load_metrics
     >>> runs = load_runs("quickstart")                      # one row per seed run
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from workbench import results, runs, selection
-from workbench.store import Store
+from workbench.store import results, runs, selection
+from workbench.store.database import Store
 
 KINDS = (runs.SEED, runs.EVALUATION)  # the runs that train: tuning seeds, held-out seeds
 COLUMNS = ["run_id", "kind", "method", "study", "fingerprint", "trial", "seed", "status",
@@ -79,7 +79,7 @@ def load_metrics(sweep: str, keys: Sequence[str], storage: str | None = None, *,
 
 
 def _storage(storage: str | None) -> str:
-    from workbench.spec import default_storage, normalise_storage
+    from workbench.store.database import default_storage, normalise_storage
 
     return normalise_storage(storage, "storage", "") if storage else default_storage()
 
@@ -117,7 +117,7 @@ def _runs(sweep: str, storage: str | None, include_superseded: bool
 def _best_trials(frame: pd.DataFrame, objective: pd.Series) -> set[tuple[str, str]]:
     """(study, trial number) of each study's best complete trial among those the sweep
     counts, by the objective its trial run holds."""
-    from workbench.study_record import StudyRecord
+    from workbench.store.study_record import StudyRecord
 
     best = set()
     trials = frame[frame[runs.KIND] == runs.TRIAL]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import optuna.distributions as od
 
-from workbench.validation import shorten
+from workbench.common.validation import shorten
 
 
 class HyperparameterError(ValueError):

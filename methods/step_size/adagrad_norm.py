@@ -17,8 +17,8 @@ in tests/test_step_size_baselines.py, not against a reference implementation).
 from __future__ import annotations
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

@@ -46,8 +46,8 @@ import math
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Choice, Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Bool, Float, Int
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

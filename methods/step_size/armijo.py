@@ -38,8 +38,8 @@ import math
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Choice, Float, Int
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 _SMALLEST_GRAD_NORM = 1e-8  # the reference skips the search below this gradient norm

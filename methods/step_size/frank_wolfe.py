@@ -30,8 +30,8 @@ import math
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Choice, Float, Int
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 _PROBE = 1e-3  # step along d of the first gradient-difference estimate of L (copt)

@@ -35,8 +35,8 @@ from __future__ import annotations
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Choice, Float, Int
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

@@ -45,8 +45,8 @@ from __future__ import annotations
 import torch
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Bool, Float
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 _SMALLEST_GRAD_NORM = 1e-8  # the reference keeps the trial step below this gradient norm

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.credit.plan import CreditPlan
 from workbench.testbeds import Budget, get_task
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance

@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench import fingerprint, runs, seeds
+from workbench.common import fingerprint, seeds
 from workbench.credit import measures, outputs
 from workbench.credit.checkpoint import held_out, train_checkpoint
 from workbench.credit.plan import SAMPLERS, CreditPlan
 from workbench.credit.sampling import MC_VALUES, STREAMS, GroupSample, sample_groups
 from workbench.report import ReportError
 from workbench.report import folder as report_folder
+from workbench.store import runs
 
 LIBRARIES = ("torch", "numpy", "scipy", "matplotlib", "pydantic")
 

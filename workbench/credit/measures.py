@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench import stats
+from workbench.stats import aggregates as stats
 
 ZERO = 1e-9
 METRICS = {

@@ -1,7 +1,7 @@
 """A credit spec (``workbench credit SPEC``): its keys, and its check into a ``CreditPlan``.
 
 The task, the checkpoint's methods and the estimators are checked by the sweep spec's own
-rules (``workbench.spec.check``: task parameters, method names, fixed values, what the task
+rules (``workbench.spec.sweep.check``: task parameters, method names, fixed values, what the task
 provides), with each problem reported at the credit spec's key; every problem is found before
 anything runs or is written.
 
@@ -24,10 +24,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from workbench import registry, spec
+from workbench import registry
+from workbench.common.validation import SpecError, Strict, shorten, validate
+from workbench.spec import sweep as spec
+from workbench.spec.schema import MAX_SEED, NAME_PATTERN
 from workbench.testbeds.agent.loop import AgentSettings
 from workbench.testbeds.agent.task import RUBRIC_INPUTS  # what the task's rubric judge gives
-from workbench.validation import SpecError, Strict, shorten, validate
 
 VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gives
 # the rows an estimator is measured on: those the training loop grows for it (``sampler_of``)
@@ -69,7 +71,7 @@ class CheckpointEntry(Strict):
                                           "fixed}); unnamed slots take the task's defaults")
     updates: int = Field(40, ge=0, le=1_000_000, description="policy updates (0: the "
                                                              "initial policy)")
-    seed: int = Field(0, ge=0, le=spec.MAX_SEED, description="the training run's seed")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the training run's seed")
 
 
 def _distinct(values: list[int], what: str) -> list[int]:
@@ -79,7 +81,7 @@ def _distinct(values: list[int], what: str) -> list[int]:
 
 
 class CreditSpec(Strict):
-    name: str | None = Field(None, pattern=spec.NAME_PATTERN)
+    name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
     task: TaskEntry
     checkpoint: CheckpointEntry = CheckpointEntry()
@@ -91,7 +93,7 @@ class CreditSpec(Strict):
     instances: int = Field(32, ge=2, le=100_000, description="held-out instances (split 1)")
     steps_per_instance: int = Field(4, ge=1, le=10_000,
                                     description="steps sampled from each instance's rollouts")
-    seed: int = Field(0, ge=0, le=spec.MAX_SEED,
+    seed: int = Field(0, ge=0, le=MAX_SEED,
                       description="rollouts, sampled steps, continuations and bootstrap")
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     resamples: int = Field(1000, ge=100, le=100_000, description="bootstrap resamples")
@@ -179,7 +181,7 @@ def check(data: dict, source: str, default_name: str = "credit") -> CreditPlan:
 def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
     problems: list[SpecError] = []
     name = checked.name or default_name
-    if not re.match(spec.NAME_PATTERN, name):
+    if not re.match(NAME_PATTERN, name):
         problems.append(SpecError(source, "name", f"{shorten(name)}: allowed: a letter or "
                                   "digit, then up to 99 of [A-Za-z0-9_.-] (the file name when "
                                   "name is unset)"))

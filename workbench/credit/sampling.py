@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.credit import measures
 from workbench.credit.checkpoint import agent_task, memo_policy
 from workbench.credit.plan import (

@@ -7,7 +7,7 @@ pruning at ``pruner.report_points`` steps per seed) and returns the objective ag
 seeds. ``studies`` creates the studies (keyed by their fingerprint) and their runs and marks the
 superseded ones, ``evaluation`` re-runs each study's best trial on held-out seeds, ``workers``
 runs one or several workers, ``status`` says where each study stands. Runs are written in the
-layout of ``workbench.runs``.
+layout of ``workbench.store.runs``.
 """
 
 import importlib

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from workbench import runs, selection, stats
+from workbench.common.processes import owner, process_alive, this_host
 from workbench.engine import trial_seeds
 from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's names)
     best_trial,
@@ -51,10 +51,11 @@ from workbench.engine.outcomes import (  # noqa: F401 (re-exported: the engine's
     worker_died,
 )
 from workbench.engine.studies import make_sampler, run_key, short_metric
-from workbench.processes import owner, process_alive, this_host
-from workbench.spec import StudyPlan, Sweep
-from workbench.store import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, Store
-from workbench.study_record import StudyRecord
+from workbench.spec.plan import StudyPlan, Sweep
+from workbench.stats import aggregates as stats
+from workbench.store import runs, selection
+from workbench.store.database import HEARTBEAT_GRACE_S, HEARTBEAT_INTERVAL_S, Store
+from workbench.store.study_record import StudyRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 

@@ -3,8 +3,8 @@
 The best trial is chosen on the tuning seeds, so its numbers there are biased upward (the
 maximum of noisy estimates: the winner's curse), and more so for methods with more knobs. With
 ``evaluation:`` in the spec, once a study has its trials, its best trial (among the trials this
-sweep counts, ``workbench.selection``) runs again on each held-out seed, one MLflow run of kind
-``evaluation`` each, under the trial's run (tag ``runs.EVALUATES``: the trial's number). The
+sweep counts, ``workbench.store.selection``) runs again on each held-out seed, one MLflow run
+of kind ``evaluation`` each, under the trial's run (tag ``runs.EVALUATES``: the trial's number). The
 report shows those runs in place of the tuning seeds.
 
 Evaluations are claimed like trials, under the study's lock: the study's user attribute
@@ -29,17 +29,18 @@ from dataclasses import dataclass
 import optuna
 import torch
 
-from workbench import runs, selection, stats
+from workbench.common.processes import process_alive, this_host
 from workbench.engine import trial_seeds
 from workbench.engine.claims import FINISHED, Heartbeat, best_trial
 from workbench.engine.monitor import Monitor, StopRun
 from workbench.engine.studies import short_metric
 from workbench.engine.trial import build_methods, execute, run_params, run_tags
-from workbench.processes import process_alive, this_host
-from workbench.sink import MetricSink
-from workbench.spec import StudyPlan, Sweep
-from workbench.store import HEARTBEAT_GRACE_S, Store
-from workbench.study_record import EvaluationOutcome
+from workbench.spec.plan import StudyPlan, Sweep
+from workbench.stats import aggregates as stats
+from workbench.store import runs, selection
+from workbench.store.database import HEARTBEAT_GRACE_S, Store
+from workbench.store.sink import MetricSink
+from workbench.store.study_record import EvaluationOutcome
 
 DONE, DIVERGED, FAILED, RUNNING, INTERRUPTED = (
     "done", "diverged", "failed", "running", "interrupted")

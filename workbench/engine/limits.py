@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from workbench.validation import SpecError
+from workbench.common.validation import SpecError
 
 WORKERS_PER_CPU = 4
 

@@ -2,7 +2,7 @@
 
 It records the step's metrics to the sink, tracks the objective, and may stop the run by
 raising ``StopRun``: ``diverged`` when the objective metric passes the spec's ``diverge_past``
-bound or, without one, grows explosively (``workbench.objective.Divergence``), or ends not
+bound or, without one, grows explosively (``workbench.stats.objective.Divergence``), or ends not
 finite; ``pruned`` when Optuna's pruner says so at a report point. A task
 lets the exception propagate (the task contract, ``workbench.testbeds.base.Task.run``); the trial
 runner catches it and marks the seed run and the trial pruned with the reason.
@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 import optuna
 
-from workbench import stats
-from workbench.objective import Divergence, ObjectiveTracker
-from workbench.sink import MetricSink
-from workbench.spec import Sweep
+from workbench.spec.plan import Sweep
+from workbench.stats import aggregates as stats
+from workbench.stats.objective import Divergence, ObjectiveTracker
+from workbench.store.sink import MetricSink
 
 
 class StopRun(Exception):

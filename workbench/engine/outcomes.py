@@ -1,6 +1,6 @@
 """What a study's trials say about it: the best, and whether its method's failures stopped
 it. Pure functions of trials, either Optuna's (``FrozenTrial``) or the rows `workbench
-status` reads with SQL (``workbench.optuna_tables.TrialRow``): states compare by name, so this
+status` reads with SQL (``workbench.store.optuna_tables.TrialRow``): states compare by name, so this
 module imports neither Optuna nor the engine's heavier parts."""
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.spec import Sweep, check, device_kind
+from workbench.spec.plan import Sweep, device_kind
+from workbench.spec.sweep import check
 
 LOCAL = "local"  # `--ray` without an address: a Ray cluster of this machine, for this call
 
@@ -153,10 +154,10 @@ def ray_worker(document: dict, source: str, name: str, storage: str, artifacts: 
     be on this host), refusing to run when this host's code keys the studies differently."""
     import ray
 
+    from workbench.common.processes import RAY_NODE, this_host
+    from workbench.common.validation import SpecError
     from workbench.engine.workers import Worker, quiet_libraries
-    from workbench.processes import RAY_NODE, this_host
-    from workbench.store import Store
-    from workbench.validation import SpecError
+    from workbench.store.database import Store
 
     node = ray.get_runtime_context().get_node_id()
     os.environ[RAY_NODE] = node

@@ -1,7 +1,7 @@
 """Where each study of a sweep stands: trials per state, the best value, why it stopped, and
 whether its results are up to date, stale or superseded.
 
-A sweep counts the trials of a study up to its own trial count (``workbench.selection``): a
+A sweep counts the trials of a study up to its own trial count (``workbench.store.selection``): a
 study shared with a sweep that asked for more trials shows this sweep's share.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from workbench import fingerprint, optuna_tables, runs, selection
+from workbench.common import fingerprint
 from workbench.engine import trial_seeds
 from workbench.engine.outcomes import (
     FINISHED_STATES,
@@ -22,11 +22,12 @@ from workbench.engine.outcomes import (
     interrupted,
     state,
 )
-from workbench.study_record import StudyRecord
+from workbench.store import optuna_tables, runs, selection
+from workbench.store.study_record import StudyRecord
 
-if TYPE_CHECKING:  # either, the second kept between calls (`workbench.resolved`)
-    from workbench.resolved import ResolvedSweep
-    from workbench.spec import Sweep
+if TYPE_CHECKING:  # either, the second kept between calls (`workbench.spec.resolved`)
+    from workbench.spec.plan import Sweep
+    from workbench.spec.resolved import ResolvedSweep
 
 UP_TO_DATE, NOT_STARTED, STALE, SUPERSEDED = "up to date", "not started", "stale", "superseded"
 SEEDS_TO_ADD = "seeds to add"  # complete trials whose objective is over other seeds
@@ -66,7 +67,7 @@ class StudyStatus:
 
 def study_status(sweep: Sweep | ResolvedSweep, store) -> list[StudyStatus]:
     """Trials per state and the best value of every study of the sweep (missing studies count
-    as empty), read from Optuna's tables (``workbench.optuna_tables``)."""
+    as empty), read from Optuna's tables (``workbench.store.optuna_tables``)."""
     existing = optuna_tables.study_ids(store.optuna_url)
     return [_status(plan.name, plan.label, plan.n_trials, sweep, store, existing,
                     plan.fingerprint) for plan in sweep.studies]

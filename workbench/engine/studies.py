@@ -10,11 +10,12 @@ import zlib
 
 import optuna
 
-from workbench import fingerprint, runs
-from workbench.cache import cache_root
+from workbench.common import fingerprint
+from workbench.common.cache import cache_root
 from workbench.engine import trial_seeds
-from workbench.spec import StudyPlan, Sweep
-from workbench.store import Store
+from workbench.spec.plan import StudyPlan, Sweep
+from workbench.store import runs
+from workbench.store.database import Store
 
 
 def setup(sweep: Sweep, store: Store) -> tuple[list[str], list[str]]:

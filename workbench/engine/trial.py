@@ -28,15 +28,17 @@ import torch
 import yaml
 from optuna.trial import TrialState
 
-from workbench import runs, seeds, stats
+from workbench.common import seeds
+from workbench.common.gpu import GpuStats
 from workbench.engine import trial_seeds
 from workbench.engine.claims import Heartbeat
 from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
 from workbench.engine.studies import plan_tags, short_metric
-from workbench.gpu import GpuStats
-from workbench.run_writer import NewRun, RunEnd, RunWriter
-from workbench.sink import MetricSink
-from workbench.spec import StudyPlan, Sweep
+from workbench.spec.plan import StudyPlan, Sweep
+from workbench.stats import aggregates as stats
+from workbench.store import runs
+from workbench.store.run_writer import NewRun, RunEnd, RunWriter
+from workbench.store.sink import MetricSink
 
 # MLflow's log_dict layout (yaml.dump, indent 2, block style), with libyaml's emitter when built
 YAML_DUMPER = getattr(yaml, "CDumper", yaml.Dumper)
@@ -130,7 +132,7 @@ def execute_seeds(sweep: Sweep, plan: StudyPlan, methods: dict, seed_list: list[
 
 
 def with_gpu_metrics(log, device: torch.device, per_seed: bool = False):
-    """``log`` with the ``gpu/*`` metrics (``workbench.gpu.GpuStats``, its peak reset here)
+    """``log`` with the ``gpu/*`` metrics (``workbench.common.gpu.GpuStats``, its peak reset here)
     added to every step's, each seed's alike on a seed axis; ``log`` itself off CUDA."""
     stats = GpuStats(device)
     if not stats.on_cuda:

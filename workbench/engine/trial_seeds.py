@@ -17,7 +17,7 @@ seeds before any new trial is claimed: *recomputed* when it has run every seed a
 run), else *extended* by running only its missing seeds (``missing``).
 
 Pure functions of user attributes: used by the engine (Optuna's ``FrozenTrial``) and by
-`workbench status` (``workbench.optuna_tables.TrialRow``) alike.
+`workbench status` (``workbench.store.optuna_tables.TrialRow``) alike.
 """
 
 from __future__ import annotations

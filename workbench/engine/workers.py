@@ -16,19 +16,21 @@ from dataclasses import dataclass, field, replace
 import optuna
 import torch
 
-from workbench import runs
-from workbench.artifacts import check_reachable
+from workbench.common.processes import end_with_parent, this_host
+from workbench.common.validation import SpecError
 from workbench.engine.claims import Claims
 from workbench.engine.evaluation import Evaluator, decide, held_out_values
 from workbench.engine.limits import workers_to_start
 from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import make_pruner, setup
 from workbench.engine.trial import TrialRunner
-from workbench.processes import end_with_parent, this_host
-from workbench.run_writer import RunWriter
-from workbench.sink import MetricSink
-from workbench.spec import SpecError, Sweep, device_kind, load
-from workbench.store import Store
+from workbench.spec.plan import Sweep, device_kind
+from workbench.spec.sweep import load
+from workbench.store import runs
+from workbench.store.artifacts import check_reachable
+from workbench.store.database import Store
+from workbench.store.run_writer import RunWriter
+from workbench.store.sink import MetricSink
 
 
 def resolve_device(name: str | None) -> torch.device:

@@ -1,8 +1,8 @@
 """Reports rebuilt from the store alone: figures, tables and their provenance.
 
 ``build(sweeps, out_dir)`` reads each sweep's runs with a handful of SQL queries
-(``workbench.results``) and what its study runs recorded in place of the spec
-(``workbench.study_record``): the report imports neither the spec nor a testbed. It writes:
+(``workbench.store.results``) and what its study runs recorded in place of the spec
+(``workbench.store.study_record``): the report imports neither the spec nor a testbed. It writes:
 
 - ``curves_<metric>_<axis>.{png,pdf}``, ``final``, ``profiles``, ``best_of_k`` and
   ``sensitivity_<sweep>`` (``figures``);

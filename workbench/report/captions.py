@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workbench import stats
 from workbench.report.data import MethodData, SweepData, held_out_seeds
+from workbench.stats import aggregates as stats
 
 DAGGER, STALE = "†", "‡"
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from workbench.report import rates, splits, targets
 from workbench.report.data import SweepData
 from workbench.report.figures import Drawing, Style
-from workbench.study_record import ReportOptions
+from workbench.store.study_record import ReportOptions
 
 
 def drawings(sweeps: list[SweepData], options: ReportOptions,

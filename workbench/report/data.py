@@ -1,12 +1,12 @@
 """What the report rebuilds from the store, and nothing else: a sweep's runs, params and metric
-history (a handful of SQL queries, ``workbench.results``), each study's record
-(``workbench.study_record``, written by the engine in place of the spec), and per study (one
+history (a handful of SQL queries, ``workbench.store.results``), each study's record
+(``workbench.store.study_record``, written by the engine in place of the spec), and per study (one
 method of the report) its trials, its best trial and that trial's seeds; then curves on a common
 grid, steps to a target and scores pooled across sweeps.
 
 The best trial is the best objective among the complete trials the sweep counts
-(``workbench.selection``), chosen on the tuning seeds; where the sweep evaluated it on held-out
-seeds, those runs are what the report shows of it.
+(``workbench.store.selection``), chosen on the tuning seeds; where the sweep evaluated it on
+held-out seeds, those runs are what the report shows of it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ import numpy as np
 import optuna.distributions as od
 import pandas as pd
 
-from workbench import fingerprint, metrics, results, runs, selection, stats_claims
-from workbench.store import Store, redact
-from workbench.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
-from workbench.validation import SpecError, shorten
+from workbench.common import fingerprint, metrics
+from workbench.common.validation import SpecError, shorten
+from workbench.stats import claims as stats_claims
+from workbench.store import results, runs, selection
+from workbench.store.database import Store, redact
+from workbench.store.study_record import EvaluationOutcome, ReportOptions, StudyRecord, TargetSpec
 
 GRID_POINTS = 100
 

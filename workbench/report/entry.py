@@ -17,7 +17,7 @@ from workbench.report.data import SweepData, SweepRef, read_sweep
 from workbench.report.index import index_page
 from workbench.report.provenance import Provenance
 from workbench.report.tables import ImprovementTable, ResultsTable
-from workbench.study_record import ReportOptions
+from workbench.store.study_record import ReportOptions
 
 
 def build(sweeps: SweepRef | Sequence[SweepRef], out_dir: Path, *, title: str | None = None,

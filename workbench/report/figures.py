@@ -9,7 +9,7 @@ nothing to draw) for ``entry`` to save beside its provenance.
 - ``best_of_k``: the expected best objective after k trials, with a bootstrap band;
 - ``sensitivity``: the objective against each tuned hyperparameter, per method.
 
-Every interval is drawn by ``workbench.stats``. No pyplot: no backend, no global state.
+Every interval is drawn by ``workbench.stats.aggregates``. No pyplot: no backend, no global state.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, LogLocator, MaxNLocator, NullFormatter
 
-from workbench import runs, stats
 from workbench.report import captions, folder
 from workbench.report.data import SweepData, curve_on_grid, pooled_scores, range_edge
-from workbench.study_record import ReportOptions
+from workbench.stats import aggregates as stats
+from workbench.store import runs
+from workbench.store.study_record import ReportOptions
 
 # Paul Tol's colour-blind safe "muted" scheme without its pale grey (too faint for a line);
 # every method also has its own marker, and past nine methods a dashed, dotted ... line, so 14

@@ -12,7 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
-from workbench.processes import process_alive
+from workbench.common.processes import process_alive
 from workbench.report.data import ReportError
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench import stats
 from workbench.report.data import SweepData
-from workbench.store import redact
-from workbench.study_record import ReportOptions
+from workbench.stats import aggregates as stats
+from workbench.store.database import redact
+from workbench.store.study_record import ReportOptions
 
 
 class Provenance:

@@ -10,12 +10,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from workbench import stats, stats_claims
 from workbench.report import captions, folder
 from workbench.report.data import SweepData
 from workbench.report.figures import UNITS, Drawing, Style, _axes, _caption, _finite, _log_axis
 from workbench.report.series import run_series
-from workbench.study_record import RateSpec, ReportOptions
+from workbench.stats import aggregates as stats
+from workbench.stats import claims as stats_claims
+from workbench.store.study_record import RateSpec, ReportOptions
 
 SEED_COLUMNS = ["sweep", "method", "seed", "run_id", "slope", "intercept", "window_low",
                 "window_high"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench import stats
 from workbench.report import captions, folder
 from workbench.report.data import SweepData, curve_on_grid
 from workbench.report.figures import UNITS, Drawing, Style, _axes, _caption, _finite
-from workbench.study_record import LINE_STYLES, ReportOptions, SplitSpec
+from workbench.stats import aggregates as stats
+from workbench.store.study_record import LINE_STYLES, ReportOptions, SplitSpec
 
 COLUMNS = ["sweep", "method", "condition", "metric", "x", "centre", "low", "high", "n"]
 

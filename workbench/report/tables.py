@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench import runs, stats
 from workbench.report import captions
 from workbench.report.data import (
     EDGE_FRACTION,
@@ -27,7 +26,9 @@ from workbench.report.data import (
     range_edge,
     steps_to_target,
 )
-from workbench.study_record import ReportOptions
+from workbench.stats import aggregates as stats
+from workbench.store import runs
+from workbench.store.study_record import ReportOptions
 
 
 @dataclass

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.common.validation import SpecError, did_you_mean
 from workbench.reproduce import claim as claims
 from workbench.reproduce.entry import Places
-from workbench.validation import SpecError, did_you_mean
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "reproductions"
 OUT = "out"  # reproductions/out/: the git-ignored work folders

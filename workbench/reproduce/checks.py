@@ -2,7 +2,7 @@
 CSVs that ``workbench reproduce`` writes), so the committed results can be checked again
 without running anything.
 
-The slope of a curve is ``workbench.stats_claims.loglog_slope``: the least-squares fit of
+The slope of a curve is ``workbench.stats.claims.loglog_slope``: the least-squares fit of
 log(value) = a + b log(step) over the check's window, on 50 log-spaced steps (so each decade
 weighs the same): b = -1 is an O(1/t) rate, b = -2 an O(1/t^2) one. The change of a curve is
 ``linear_change``: the fitted line's rise over the check's window.
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.reproduce.claim import OPS, Check, Claim, Ref
-from workbench.stats_claims import linear_change, loglog_slope
+from workbench.stats.claims import linear_change, loglog_slope
 
 
 def table_file(sweep: str) -> str:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from workbench.validation import SpecError, Strict, validate
+from workbench.common.validation import SpecError, Strict, validate
 
 CLAIM_FILE = "claim.yaml"
 # a sweep's method label (spec.MethodEntry), or a combination of labels joined by "+"
@@ -135,7 +135,7 @@ class Claim(Strict):
 
 def load(folder: Path) -> Claim:
     """The claim of a reproduction folder; a bad file is one SpecError naming it."""
-    from workbench.spec import read_yaml
+    from workbench.spec.sweep import read_yaml
 
     path = folder / CLAIM_FILE
     claim = validate(Claim, read_yaml(path), str(path))

@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from workbench.common.validation import SpecError
 from workbench.reproduce import checks
 from workbench.reproduce.claim import Claim
-from workbench.validation import SpecError
 
 WORK_MARK = ".reproduce-work"  # a work folder this command made (and may clear)
 KEPT_SUFFIXES = (".csv", ".md", ".png", ".json")  # what a results folder holds
@@ -74,7 +74,7 @@ def prepare(places: Places) -> None:
 def specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list[Path]:
     """Each sweep spec as it will run, written into ``work`` (merged with the claim's quick
     keys under ``quick``); every one checked before anything runs."""
-    from workbench import spec
+    from workbench.spec import sweep as spec
 
     written = []
     for name in claim.sweeps:
@@ -87,7 +87,7 @@ def specs(claim: Claim, folder: Path, work: Path, quick: bool) -> list[Path]:
 def written_spec(claim: Claim, folder: Path, work: Path, name: str, quick: bool) -> Path:
     """The claim's spec ``name`` written into ``work`` as it will run (merged with the
     claim's quick keys under ``quick``)."""
-    from workbench import spec
+    from workbench.spec import sweep as spec
 
     document = spec.read_yaml(folder / name)
     if quick:
@@ -135,7 +135,8 @@ def storage_url(work: Path) -> str:
 def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, command: str,
         say: Callable[[str], None]) -> Outcome:
     """Run the reproduction ``name`` and evaluate its checks on what it kept."""
-    from workbench import engine, report, spec
+    from workbench import engine, report
+    from workbench.spec import sweep as spec
 
     started, cpu = time.perf_counter(), _cpu_seconds()
     commit = _commit()  # before the results files it replaces count as changes
@@ -190,7 +191,9 @@ def keep(claim: Claim, sweep: str, report_dir: Path, results: Path, several: boo
 def curve(sweep: str, storage: str, metric: str) -> pd.DataFrame:
     """Per logged step: each method's IQM of ``metric`` over its best trial's seeds (held-out
     seeds where it has them) as column LABEL, and each seed's value as ``LABEL seed S``."""
-    from workbench import api, runs, stats
+    from workbench import api
+    from workbench.stats import aggregates as stats
+    from workbench.store import runs
 
     points = api.load_metrics(sweep, [metric], storage)
     points = points[points["best"]]
@@ -232,7 +235,7 @@ def _cpu_seconds() -> float:
 
 
 def _commit() -> str:
-    from workbench import runs
+    from workbench.store import runs
 
     tags = runs.provenance()
     dirty = " (dirty)" if tags.get("git.dirty") == "true" else ""

@@ -2,8 +2,8 @@
 
 A task never imports the engine: it receives resolved methods, a seed, a device, a budget and
 a ``log(step, metrics)`` callback, and returns its final metrics. Every metric name it logs is
-defined once, in ``workbench.metrics``. ``Budget`` and ``LogFn`` live at the bottom layer
-(``workbench.budget``) so that the training loops need not import this module.
+defined once, in ``workbench.common.metrics``. ``Budget`` and ``LogFn`` live at the bottom layer
+(``workbench.common.budget``) so that the training loops need not import this module.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from workbench.budget import Budget, LogFn, SeedsLogFn
+from workbench.common.budget import Budget, LogFn, SeedsLogFn
+from workbench.common.validation import Strict
 from workbench.registry import Method
-from workbench.validation import Strict
 
 if TYPE_CHECKING:
     import torch
@@ -115,7 +115,7 @@ class Task:
         the final metrics.
 
         ``log(step, metrics)`` is the run's monitor (the engine's ``Monitor``): it records the
-        step's metrics (names from ``workbench.metrics``) and may end the run by raising:
+        step's metrics (names from ``workbench.common.metrics``) and may end the run by raising:
         ``workbench.engine.StopRun`` when the pruner stops the trial or the objective diverges
         past the spec's bound, or an interrupt. A loop lets whatever ``log`` raises propagate,
         holds no state that needs cleaning up past a ``with`` block.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Self
 
-from workbench.validation import Strict
+from workbench.common.validation import Strict
 
 
 class Settings(Strict):

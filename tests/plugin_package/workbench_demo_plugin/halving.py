@@ -13,8 +13,8 @@ reference implementation to check against).
 from __future__ import annotations
 
 from workbench.families import StepSizeMethod
+from workbench.families.optim import FlatOptimizer
 from workbench.hyperparams import Float, Int
-from workbench.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

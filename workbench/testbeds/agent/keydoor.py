@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.agent.environment import NO_OP, Transition
 
 MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))

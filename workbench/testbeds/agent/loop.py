@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.families import (
     AdvantageMethod,
     compute_advantages,
@@ -63,7 +63,7 @@ from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import ppo_clip_loss
 
 if TYPE_CHECKING:
-    from workbench.budget import Budget, LogFn
+    from workbench.common.budget import Budget, LogFn
 
 
 class AgentSettings(TreeSampling, Settings):

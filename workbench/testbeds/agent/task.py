@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 from pydantic import Field, model_validator
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.families import AdvantageBatch
 from workbench.testbeds.agent import keydoor, toolcalc
 from workbench.testbeds.agent.environment import EnvFactory, Instance

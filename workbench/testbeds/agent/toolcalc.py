@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.agent.environment import NO_OP, Transition
 
 KINDS = ("add", "sub", "mul", "div")

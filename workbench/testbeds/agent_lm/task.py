@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from pydantic import Field, ValidationError, model_validator
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.agent.task import (
     CRITIC_INPUTS,
     AgentTask,

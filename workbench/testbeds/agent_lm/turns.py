@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.families import (
     compute_advantages,
     mean_over_steps,
@@ -60,7 +60,7 @@ from workbench.testbeds.shared.advantage_batch import episode_batch
 from workbench.testbeds.shared.losses import aggregate, ppo_clip_loss
 
 if TYPE_CHECKING:
-    from workbench.budget import Budget, LogFn
+    from workbench.common.budget import Budget, LogFn
 
 
 def prompt_text(env: AgentEnv, row: int) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.agent.environment import EnvFactory, Instance
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.agent_lm.turns import evaluate, prompt_text

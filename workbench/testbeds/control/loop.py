@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.families import BatchSlot, compute_advantages, open_rl_slots
 from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
@@ -34,7 +34,7 @@ from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 
 if TYPE_CHECKING:  # workbench.testbeds imports this module
-    from workbench.budget import Budget, LogFn
+    from workbench.common.budget import Budget, LogFn
 
 RECENT_EPISODES = 100
 

@@ -27,7 +27,7 @@ Per update u:
 weights, gradients and optimizer state stay fp32, the master copy (Micikevicius et al. 2018,
 "Mixed precision training"); bf16 needs no loss scaling. The rollout acts in fp32.
 
-Metrics per update: their definitions are in ``workbench.metrics``.
+Metrics per update: their definitions are in ``workbench.common.metrics``.
 """
 
 from __future__ import annotations

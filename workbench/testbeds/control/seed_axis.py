@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import seeds as seed_streams
+from workbench.common import seeds as seed_streams
 from workbench.families import (
     EntropySlot,
     LossAdjustment,
@@ -59,7 +59,7 @@ from workbench.testbeds.control.rollout import Rollout, collect_seeds
 from workbench.testbeds.shared.losses import approx_kl
 
 if TYPE_CHECKING:
-    from workbench.budget import Budget, SeedsLogFn
+    from workbench.common.budget import Budget, SeedsLogFn
 
 
 def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str, Any],

@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from workbench import seeds as seed_streams
+from workbench.common import seeds as seed_streams
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 from workbench.testbeds.control.envs import TORCH_ENVS, make
 from workbench.testbeds.control.loop import LoopSettings, RolloutSettings, train

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 

@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
 from workbench.testbeds.optimisation.loop import (
     Problem,

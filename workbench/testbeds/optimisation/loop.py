@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch.func import vmap
 
-from workbench import seeds
-from workbench.budget import Budget, LogFn
+from workbench.common import seeds
+from workbench.common.budget import Budget, LogFn
 from workbench.families import BatchSlot, step_size_taken
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.base import OneThreadParams, Task, cpu_threads
 from workbench.testbeds.optimisation import datasets
 from workbench.testbeds.optimisation.loop import (

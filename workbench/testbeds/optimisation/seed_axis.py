@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from workbench.budget import Budget, SeedsLogFn
+from workbench.common.budget import Budget, SeedsLogFn
 from workbench.families import BatchSlot, seed_axis_info, step_sizes_taken
 from workbench.testbeds.optimisation.loop import (
     Batches,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.base import Task, TaskParams
 from workbench.testbeds.optimisation.least_squares import LeastSquaresParams
 from workbench.testbeds.optimisation.least_squares import make_problem as make_least_squares

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.families import (
     BatchSlot,
     EntropySlot,
@@ -75,7 +75,7 @@ from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
 if TYPE_CHECKING:  # workbench.testbeds imports this module
-    from workbench.budget import Budget, LogFn
+    from workbench.common.budget import Budget, LogFn
 
 
 @dataclass

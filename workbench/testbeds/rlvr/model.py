@@ -31,8 +31,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from workbench import seeds
-from workbench.validation import Strict
+from workbench.common import seeds
+from workbench.common.validation import Strict
 
 # Generation overrides so that samples come from the policy's own distribution (at the given
 # temperature): a model's generation_config.json may set filters (Qwen2.5's sets top_k, top_p

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
 from workbench.testbeds.rlvr.problems import Difficulty, splits
 from workbench.testbeds.rlvr.settings import (

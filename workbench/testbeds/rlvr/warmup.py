@@ -58,7 +58,7 @@ from transformers import (
     get_constant_schedule_with_warmup,
 )
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.rlvr.checker import is_correct
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, generate_completions
 from workbench.testbeds.rlvr.problems import Difficulty, Problem, generate, splits
@@ -72,7 +72,7 @@ from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer, char_vocab
 
 VERSION = 3  # bump when the training procedure changes, so old cache entries are not reused
 # 1: 1,500 steps of cosine decay from 3e-3; 2: constant lr, stop at a validation target;
-# 3: initial weights and batch order from named seed streams (workbench.seeds)
+# 3: initial weights and batch order from named seed streams (workbench.common.seeds)
 DEFAULT_DIFFICULTY = Difficulty(digits_min=2, digits_max=3)
 # Measured on the default model (2-3 digit addition, batch 64, constant 1e-3 after 75 steps).
 # VERSION 3, 1 thread on the loaded 2-core machine: seed 0 stops after 1,000 steps (held-out

@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from workbench import seeds
+from workbench.common import seeds
 from workbench.testbeds.control.envs.base import BatchedEnv, Step
 
 

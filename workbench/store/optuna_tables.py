@@ -1,7 +1,7 @@
 """A store's Optuna studies and trials read from Optuna's tables with SQL, for `workbench status`
 and `workbench dashboard`: importing Optuna and opening its storage (which checks the schema
 with Alembic) cost more than half a second; the store's schema revision is checked already
-(``workbench.store.Store.check``). Read only; the engine writes through Optuna.
+(``workbench.store.database.Store.check``). Read only; the engine writes through Optuna.
 
 The table layout is Optuna's RDB storage (``optuna/storages/_rdb/models.py``): ``studies``,
 ``trials`` (``state`` by name), ``trial_values`` (``value_type`` FINITE, INF_POS or INF_NEG),

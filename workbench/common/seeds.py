@@ -53,7 +53,7 @@ def stream(seed: int, purpose: str, *keys: int) -> np.random.SeedSequence:
         position = PURPOSES[purpose]
     except KeyError:
         raise ValueError(f"unknown seed purpose {purpose!r}; known: {sorted(PURPOSES)} "
-                         "(add a new one to workbench.seeds.PURPOSES)") from None
+                         "(add a new one to workbench.common.seeds.PURPOSES)") from None
     return np.random.SeedSequence(int(seed), spawn_key=(position, *map(int, keys)))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from workbench.store import Store
+from workbench.store.database import Store
 
 
 def _engine(store: Store) -> sa.Engine:

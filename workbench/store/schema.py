@@ -38,7 +38,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from workbench.processes import process_alive
+from workbench.common.processes import process_alive
 
 # Tables whose presence makes a database Optuna's or MLflow's (a subset of each schema).
 SIGNATURE = {
@@ -94,7 +94,7 @@ def _revisions(kind: str) -> tuple[str, frozenset[str]]:
     the package and each migration script (a second for MLflow), so they are kept under the
     cache folder per package version and location, which they depend on alone (in this
     process once known, before the file is written)."""
-    from workbench.cache import cache_root
+    from workbench.common.cache import cache_root
 
     if kind in _REVISIONS:
         return _REVISIONS[kind]

@@ -1,8 +1,8 @@
 """What ``workbench methods`` and ``workbench tasks`` list, kept between calls: importing every
 method and task costs torch (a second and more); reading this costs milliseconds.
 
-The catalogue (each method's and task's detail, ``workbench.listing``) is written as JSON to
-``$WORKBENCH_CACHE/catalogue/KEY.json`` the first time it is asked for, KEY a hash of the size
+The catalogue (each method's and task's detail, ``workbench.catalogue.detail``) is written as JSON
+to ``$WORKBENCH_CACHE/catalogue/KEY.json`` the first time it is asked for, KEY a hash of the size
 and modification time of every Python file of the ``workbench`` and ``methods`` packages and
 of every installed plugin's module (entry point group ``workbench.methods``), and of the
 workbench's version. Any edit, new method or plugin installed or removed changes KEY, so the
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import __version__
-from workbench.cache import cache_root
+from workbench.common.cache import cache_root
 
 FORMAT = 1
 
@@ -44,12 +44,13 @@ def load() -> dict[str, Any]:
 
 
 def _build() -> dict[str, Any]:
-    from workbench import listing, registry
+    from workbench import registry
+    from workbench.catalogue import detail
     from workbench.testbeds import TASKS
 
-    methods = [listing.method_detail(registry.get(*key.split("/")))
+    methods = [detail.method_detail(registry.get(*key.split("/")))
                for key in registry.available()]
-    return {"methods": methods, "tasks": [listing.task_detail(t) for t in TASKS.values()]}
+    return {"methods": methods, "tasks": [detail.task_detail(t) for t in TASKS.values()]}
 
 
 def key() -> str:
@@ -68,7 +69,7 @@ def key() -> str:
 
 
 def _package_folders() -> list[str]:
-    folders = [str(Path(__file__).resolve().parent)]
+    folders = [str(Path(__file__).resolve().parents[1])]  # workbench/
     spec = importlib.util.find_spec("methods")
     if spec is not None and spec.submodule_search_locations:
         folders += list(spec.submodule_search_locations)
@@ -78,7 +79,7 @@ def _package_folders() -> list[str]:
 def _stamp(module: str) -> str:
     """Size and time of a plugin module's file (its package's folder's files when a package),
     found without importing it."""
-    from workbench.fingerprint import module_file
+    from workbench.common.fingerprint import module_file
 
     path = module_file(module)
     if path is None:

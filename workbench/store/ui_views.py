@@ -23,7 +23,7 @@ import json
 import urllib.parse
 from dataclasses import dataclass
 
-from workbench import runs
+from workbench.store import runs
 
 SHARED_STATE = "mlflow.sharedViewState."
 MACHINE_LEARNING = {"workflowType": "machine_learning"}
@@ -159,7 +159,7 @@ def best_seed_runs(methods) -> list[str]:
 def log_scale_metrics(sweep, table, final) -> frozenset[str]:
     """The objective's metric when its final values over the seed runs want a log axis
     (``stats.wants_log_scale``, the report's rule)."""
-    from workbench import stats
+    from workbench.stats import aggregates as stats
 
     if table.empty:
         return frozenset()

@@ -212,14 +212,14 @@ VOCABULARY: dict[str, Metric] = {
     "eval/response_length_incorrect": Metric(
         "mean token length of the completions whose answer was judged incorrect", "tokens",
         _LEN, **NONNEGATIVE),
-    # -- the GPU (CUDA runs only; ``workbench.gpu``)
+    # -- the GPU (CUDA runs only; ``workbench.common.gpu``)
     "gpu/peak_memory_mib": Metric("peak GPU memory torch allocated in the run's process since "
                                   "the run started (torch.cuda.max_memory_allocated; on a seed "
                                   "axis, the seeds' shared computation)", "MiB",
-                                  "workbench.gpu.GpuStats", **NONNEGATIVE),
+                                  "workbench.common.gpu.GpuStats", **NONNEGATIVE),
     "gpu/utilization": Metric("percent of NVML's last sample period in which a kernel ran on "
                               "the run's GPU (any process's), read at most once a second; "
-                              "omitted without NVML", "%", "workbench.gpu.GpuStats",
+                              "omitted without NVML", "%", "workbench.common.gpu.GpuStats",
                               lower=0.0, upper=100.0),
     # -- what the method slots chose
     "method/step_size": Metric("the effective step size the step-size slot took (NaN where "

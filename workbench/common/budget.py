@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from workbench.validation import Strict
+from workbench.common.validation import Strict
 
 # ``log(step, metrics)``: records one step's metrics. It may raise to stop the run (the engine's
 # ``StopRun`` when the trial is pruned or diverged); a loop lets that propagate.

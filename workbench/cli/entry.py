@@ -11,7 +11,7 @@ BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE
 
 def main() -> int:
     try:
-        from workbench.cli import main as run
+        from workbench.cli.main import main as run
 
         return run()
     except KeyboardInterrupt:

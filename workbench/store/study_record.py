@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workbench import runs
-from workbench.validation import Strict
+from workbench.common.validation import Strict
+from workbench.store import runs
 
 RECORD_VERSION = 1
 LINE_STYLES = ("-", "--", ":", "-.")  # a split figure's line per condition

@@ -17,9 +17,9 @@ number of runs at once, in one transaction:
   also renames the run, as ``set_tag`` does) and its metrics at step 0 into ``metrics`` and
   ``latest_metrics`` (the sink's rows).
 
-It is the sink's write path (``workbench.sink.open_writer``) with the same check: the tables it
-writes must have exactly the columns and primary keys of ``WRITTEN``, else it says so once and
-opens and closes runs through ``workbench.runs`` (MLflow's client) instead.
+It is the sink's write path (``workbench.store.sink.open_writer``) with the same check: the
+tables it writes must have exactly the columns and primary keys of ``WRITTEN``, else it says so
+once and opens and closes runs through ``workbench.store.runs`` (MLflow's client) instead.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import runs
-from workbench.sink import UPSERT_LATEST, open_writer, rows_for
-from workbench.sink import WRITTEN as METRIC_TABLES
+from workbench.store import runs
+from workbench.store.sink import UPSERT_LATEST, open_writer, rows_for
+from workbench.store.sink import WRITTEN as METRIC_TABLES
 
 WRITTEN = {
     **METRIC_TABLES,

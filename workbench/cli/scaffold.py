@@ -29,7 +29,7 @@ TEMPLATES = {
 
 from workbench.families import StepSizeMethod
 from workbench.hyperparams import Float
-from workbench.optim import FlatOptimizer
+from workbench.families.optim import FlatOptimizer
 from workbench.registry import Reference, register
 
 

@@ -1,5 +1,5 @@
-"""Statistics a claim needs beyond ``workbench.stats``: a power-law rate and the time to a
-target with censoring. (Intervals over seeds are ``stats.interval``'s.)
+"""Statistics a claim needs beyond ``workbench.stats.aggregates``: a power-law rate and the time
+to a target with censoring. (Intervals over seeds are ``stats.interval``'s.)
 
 - ``loglog_fit`` / ``loglog_slope``: for m(t) ~ C t^a, the least-squares fit of
   log m = log C + a log t over a window [low, high] of t, on up to ``SLOPE_POINTS``
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.stats import steps_to_target
+from workbench.stats.aggregates import steps_to_target
 
 SLOPE_POINTS = 50
 

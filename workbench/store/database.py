@@ -8,7 +8,7 @@ cannot share one database. A store URL names Optuna's database; MLflow's lives b
 - ``postgresql://user@host/DB``       -> MLflow in database ``DB_mlflow`` on the same server
   (created when missing), artifacts in ``./DB-artifacts``.
 
-An artifact root every host reaches (``workbench.artifacts``: the spec's ``artifact_root``,
+An artifact root every host reaches (``workbench.store.artifacts``: the spec's ``artifact_root``,
 ``--artifact-root``, or ``WORKBENCH_ARTIFACTS``) replaces the host-local folder.
 
 SQLite files run in WAL mode with a busy timeout, so several local processes share them.
@@ -32,8 +32,9 @@ from sqlalchemy.engine import make_url
 if TYPE_CHECKING:
     import optuna
 
-from workbench import store_schema as schema
-from workbench.store_schema import StoreError
+from workbench.common.validation import SpecError, shorten
+from workbench.store import schema
+from workbench.store.schema import StoreError
 
 SQLITE_TIMEOUT_S = 120
 # Optuna's pool on a server store: POOL_SIZE connections kept open (a worker's thread and its
@@ -81,7 +82,7 @@ class Store:
     optuna_url: str
     mlflow_url: str
     artifact_root: Path  # the host-local folder beside the store
-    shared_artifacts: str | None = None  # a root every host reaches (workbench.artifacts)
+    shared_artifacts: str | None = None  # a root every host reaches (workbench.store.artifacts)
 
     @classmethod
     def from_url(cls, url: str, artifacts: str | None = None) -> Store:
@@ -110,7 +111,7 @@ class Store:
         """The local folder artifacts are written to, None for a remote root."""
         if self.shared_artifacts is None:
             return self.artifact_root
-        from workbench.artifacts import local_folder
+        from workbench.store.artifacts import local_folder
 
         return local_folder(self.shared_artifacts)
 
@@ -219,8 +220,8 @@ class Store:
     def worker_storage(self):
         """The Optuna storage a sweep worker claims and runs trials through: Optuna's cached
         storage with a trial's intermediate values written in one commit when it ends and
-        finished trials re-read only when there are more (``workbench.store_optuna``)."""
-        from workbench.store_optuna import WorkerStorage
+        finished trials re-read only when there are more (``workbench.store.optuna_storage``)."""
+        from workbench.store.optuna_storage import WorkerStorage
 
         return WorkerStorage(self.optuna_storage())
 
@@ -254,3 +255,27 @@ class Store:
                 conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 conn.commit()
         engine.dispose()
+
+
+# the store's URL as a spec or `--storage` gives it
+
+
+def default_storage() -> str:
+    return "sqlite:///" + str(Path("workbench.db").resolve())
+
+
+def normalise_storage(url: str, source: str, path: str) -> str:
+    """An absolute SQLite path (workers may start elsewhere); other URLs as given."""
+    if url.startswith("sqlite:///"):
+        rest = url.removeprefix("sqlite:///")
+        if not rest or rest == ":memory:":
+            raise SpecError(source, path, "an in-memory SQLite store cannot be shared; name a file")
+        try:
+            return "sqlite:///" + str(Path(rest).expanduser().resolve())
+        except (ValueError, RuntimeError, OSError) as err:
+            raise SpecError(source, path, f"not a usable file path: {err}") from None
+    if re.match(r"^postgresql(\+psycopg2)?://", url):
+        # SQLAlchemy 2.1 defaults to psycopg 3; the workbench installs psycopg2
+        return re.sub(r"^postgresql(\+psycopg2)?://", "postgresql+psycopg2://", url)
+    raise SpecError(source, path, f"unsupported storage {shorten(redact(url))}; allowed: "
+                    "sqlite:///FILE, postgresql://USER@HOST/DB")

@@ -20,9 +20,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from workbench import catalogue
-from workbench.cache import cache_root
-from workbench.fingerprint import ALWAYS_VERSIONED, VERSIONED_IF_IMPORTED
+from workbench.catalogue import cache as catalogue
+from workbench.common.cache import cache_root
+from workbench.common.fingerprint import ALWAYS_VERSIONED, VERSIONED_IF_IMPORTED
 
 FORMAT = 1
 
@@ -39,7 +39,7 @@ class ResolvedStudy:
 @dataclass(frozen=True)
 class ResolvedSweep:
     """A checked spec's sweep as far as `status` and `report` read it (the attribute names
-    of ``workbench.spec.Sweep``)."""
+    of ``workbench.spec.sweep.Sweep``)."""
 
     name: str
     source: str
@@ -55,7 +55,7 @@ class ResolvedSweep:
 
     @property
     def report(self):
-        from workbench.study_record import ReportOptions
+        from workbench.store.study_record import ReportOptions
 
         return ReportOptions.model_validate(self.report_settings)
 
@@ -65,7 +65,8 @@ class ResolvedSweep:
 
 
 def load(path: str | Path, storage: str | None = None) -> ResolvedSweep:
-    """The spec at ``path`` resolved (``workbench.spec.load``), from the cache when current."""
+    """The spec at ``path`` resolved (``workbench.spec.sweep.load``), from the cache when
+    current."""
     cached = _place(path, storage)
     if cached is None:  # unreadable: spec.load says what is wrong
         return _resolve(path, storage)
@@ -108,13 +109,13 @@ def _write(cached: Path, resolved: ResolvedSweep) -> None:
 
 
 def _resolve(path: str | Path, storage: str | None) -> ResolvedSweep:
-    from workbench import spec  # Optuna's distributions; resolving imports torch
+    from workbench.spec import sweep as spec
 
     return summary(spec.load(path, storage=storage))
 
 
 def summary(sweep) -> ResolvedSweep:
-    """The part of a ``workbench.spec.Sweep`` that `status` and `report` read."""
+    """The part of a ``workbench.spec.sweep.Sweep`` that `status` and `report` read."""
     return ResolvedSweep(
         name=sweep.name, source=sweep.source, storage=sweep.storage,
         task_name=sweep.task.name, seeds=list(sweep.seeds), metric=sweep.metric,

@@ -5,9 +5,9 @@ One experiment per sweep; a run per study (kind ``study``), a child run per tria
 and a run per seed under its trial (``seed``). Params hold every resolved hyperparameter; tags
 hold provenance (git commit, dirty flag, package versions, host), the method, its fidelity, the
 seed and the Optuna ids. The engine writes runs through this module; the report and
-``workbench.results`` read them back with its names; neither spells them itself. Step metrics go
-through ``workbench.sink.MetricSink``. Importing this module imports nothing heavy (MLflow's
-entities load on the first write).
+``workbench.store.results`` read them back with its names; neither spells them itself. Step
+metrics go through ``workbench.store.sink.MetricSink``. Importing this module imports nothing
+heavy (MLflow's entities load on the first write).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.processes import this_host
+from workbench.common.processes import this_host
 
 # run kinds (the value of the KIND tag); an evaluation run re-runs a study's best trial on a
 # held-out seed (tag EVALUATES: that trial's number)
@@ -52,12 +52,12 @@ DIVERGED = "workbench.diverged"  # on an evaluation run that diverged: where and
 # on a sweep's experiment: how many held-out seeds it used and why (JSON, EvaluationOutcome)
 EVALUATION_OUTCOME = "workbench.evaluation"
 # on a study run: what the report reads back instead of the spec, as JSON
-# (workbench.study_record); a long one continues in STUDY_RECORD + ".1", ".2", ...
-STUDY_RECORD = "workbench.study_record"
+# (workbench.store.study_record); a long one continues in STUDY_RECORD + ".1", ".2", ...
+STUDY_RECORD = "workbench.store.study_record"
 TAG_VALUE_CHARS = 8000  # MLflow's longest tag value
-# on every run: the study's fingerprint (workbench.fingerprint); on a study run, the document
+# on every run: the study's fingerprint (workbench.common.fingerprint); on a study run, the document
 # it digests (FINGERPRINT_DOC, JSON, split like the record)
-FINGERPRINT = "workbench.fingerprint"
+FINGERPRINT = "workbench.common.fingerprint"
 FINGERPRINT_DOC = "workbench.fingerprint_doc"
 # on a study run: whether the sweep of its experiment shows it (current) or a later version of
 # the sweep replaced it (superseded), and in one line what changed
@@ -82,10 +82,10 @@ def slot_tag(key: str, slot: str) -> str:
 def provenance() -> dict[str, str]:
     """Tags that say which code ran where: git commit and dirty flag, package versions
     (vllm: ``not installed`` where absent), host, and the GPU, CUDA and driver
-    (``workbench.gpu.gpu_tags``; ``none`` without one)."""
-    from workbench.gpu import gpu_tags  # imports torch: only when a run is tagged
+    (``workbench.common.gpu.gpu_tags``; ``none`` without one)."""
+    from workbench.common.gpu import gpu_tags  # imports torch: only when a run is tagged
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout
     tags = {"host": this_host(), "python": platform.python_version()}
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
@@ -135,7 +135,7 @@ def ensure_experiment(client, name: str, store, description: str = "") -> str:
     ``artifacts.HOST_TAG``), with the spec's ``description`` as the one the UI shows (updated
     when the spec's changes). An existing experiment keeps its artifact location: asking for
     another shared root raises ``artifacts.ArtifactRootError``."""
-    from workbench import artifacts
+    from workbench.store import artifacts
 
     experiment = client.get_experiment_by_name(name)
     location = artifacts.experiment_location(store.artifacts_uri, name)

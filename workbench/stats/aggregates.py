@@ -12,7 +12,7 @@ edge of the statistical precipice", NeurIPS 2021) where it has a definition.
   order-statistic interval [x_(k), x_(n-k+1)], k the largest with P(Binom(n, 1/2) < k) <=
   alpha/2 (none exists below 6 values at 95%). ``tests/test_stats.py`` checks their coverage
   by simulation at n = 3, 5 and 10. With ``bounds`` (the metric's range,
-  ``workbench.metrics.bounds``) each interval is intersected with it: the mean, IQM or median
+  ``workbench.common.metrics.bounds``) each interval is intersected with it: the mean, IQM or median
   of values in [a, b] lies in [a, b], so the intersection loses no coverage (an interval
   missed the aggregate only where it left the range) and is never empty (it holds the centre);
   the restricted confidence set of a bounded parameter (Mandelkern, "Setting confidence
