@@ -41,7 +41,7 @@ SEEDS = 4
 
 
 def make_sweep(folder: Path, runs: int, steps: int):
-    from workbench import engine
+    from workbench.engine.studies import setup
     from workbench.spec import sweep as spec
     from workbench.store import runs as layout
     from workbench.store.database import Store
@@ -55,7 +55,7 @@ def make_sweep(folder: Path, runs: int, steps: int):
         "storage": f"sqlite:///{folder / 'bench.db'}"}))
     sweep = spec.load(path)
     store = Store.from_url(sweep.storage)
-    engine.setup(sweep, store)
+    setup(sweep, store)
     client = store.mlflow_client()
     experiment = layout.ensure_experiment(client, sweep.name, store)
     plan = sweep.studies[0]

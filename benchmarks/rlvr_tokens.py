@@ -39,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import Rollouts
 from workbench.testbeds.rlvr.loop import autocast
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, load_policy, sequence_log_probs
 from workbench.testbeds.rlvr.problems import Difficulty, generate

@@ -21,7 +21,7 @@ import sqlalchemy
 from sqlalchemy import event
 
 from tests.kill_hooks.sitecustomize import is_ddl
-from workbench import engine
+from workbench.engine.studies import setup
 from workbench.spec import sweep as spec
 from workbench.store import schema as store_schema
 from workbench.store.database import Store, StoreError
@@ -88,7 +88,7 @@ def main(spec_path: str, workdir: str, *keep: str) -> None:
         photograph(f"after replace {Path(dst).name}")
 
     os.replace = replace
-    engine.setup(sweep, store)
+    setup(sweep, store)
     os.replace = real_replace
     print(json.dumps({key: state[key] for key in ("points", "ddl", "replaces")}
                      | {"failures": state["failures"][:20]}))

@@ -50,8 +50,8 @@ def test_compute_advantages_passes_a_method_the_inputs_it_requires():
 
 def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     from workbench.testbeds import TASKS
+    from workbench.testbeds.agent.episodes import play
     from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, generate
-    from workbench.testbeds.agent.loop import play
     from workbench.testbeds.agent.policy import Policy
     from workbench.testbeds.agent.rubric import KeyDoorJudge
     from workbench.testbeds.shared.advantage_batch import (

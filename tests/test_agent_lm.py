@@ -19,14 +19,11 @@ from workbench.testbeds.agent.environment import NO_OP
 from workbench.testbeds.agent.keydoor import ACTION_NAMES, KeyDoor
 from workbench.testbeds.agent.toolcalc import ToolCalc
 from workbench.testbeds.agent_lm import warmup
+from workbench.testbeds.agent_lm.loop import _update, token_advantages
 from workbench.testbeds.agent_lm.settings import TurnSettings
-from workbench.testbeds.agent_lm.turns import (
-    _update,
-    play_turns,
-    prompt_text,
-    token_advantages,
-)
-from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.agent_lm.turns import play_turns, prompt_text
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import Rollouts
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, sequence_log_probs
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 

@@ -16,7 +16,7 @@ from workbench.testbeds.agent.environment import NO_OP
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.agent_lm.trees import play_turn_trees
 from workbench.testbeds.agent_lm.turns import prompt_text
-from workbench.testbeds.rlvr.backends import make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
 from workbench.testbeds.rlvr.model import ModelConfig, build_model
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer
 

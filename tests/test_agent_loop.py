@@ -53,8 +53,8 @@ def test_spo_chain_learns_and_its_continuations_count_as_environment_steps():
 
 
 def test_continuations_from_a_restored_state_are_the_policy_s_returns():
+    from workbench.testbeds.agent.episodes import continuation_returns
     from workbench.testbeds.agent.keydoor import KeyDoor, generate, plan
-    from workbench.testbeds.agent.loop import continuation_returns
     from workbench.testbeds.agent.policy import Policy
 
     layout = generate(0, 0, 0, 6, 0.0)

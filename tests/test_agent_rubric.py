@@ -14,8 +14,8 @@ from methods.advantage.rubric_redistribution import RubricRedistribution
 from methods.advantage.sas import SAS
 from workbench import families, registry
 from workbench.testbeds import TASKS, Budget
+from workbench.testbeds.agent.episodes import play
 from workbench.testbeds.agent.keydoor import MOVES, KeyDoor, generate, plan
-from workbench.testbeds.agent.loop import play
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.rubric import ITEMS, WEIGHTS, KeyDoorJudge
 

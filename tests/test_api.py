@@ -6,7 +6,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import tiny_spec
-from workbench import engine
+from workbench.engine.sweep_run import run_sweep
 from workbench.spec import sweep as spec
 from workbench.store.database import Store
 
@@ -19,7 +19,7 @@ def test_load_runs_and_load_metrics_agree_with_the_store(backend, write_spec, tm
     storage = (f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite"
                else request.getfixturevalue("postgres").new_database())
     sweep = spec.load(write_spec(tiny_spec(storage=storage, evaluation={"seeds": 2})))
-    engine.run_sweep(sweep, device="cpu", say=lambda line: None)
+    run_sweep(sweep, device="cpu", say=lambda line: None)
     from workbench import load_metrics, load_runs  # as a notebook would
 
     frame = load_runs("tiny", storage)

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, files_under, run_cli, tiny_spec
-from workbench import engine, registry
+from workbench import registry
 from workbench.cli import main as cli
+from workbench.engine import sweep_run, workers
 
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -328,8 +329,8 @@ def test_random_arguments_are_accepted_or_rejected_clearly_and_nothing_is_writte
     def would_run(*args, **kwargs):
         raise WouldRun
 
-    monkeypatch.setattr(engine, "run_sweep", would_run)
-    monkeypatch.setattr(engine, "terminate_gracefully", lambda: None)
+    monkeypatch.setattr(sweep_run, "run_sweep", would_run)
+    monkeypatch.setattr(workers, "terminate_gracefully", lambda: None)
     with fresh_folder() as here:
         write_yaml("good.yaml", GOOD_SPEC)
         write_yaml("bad.yaml", BAD_SPEC)

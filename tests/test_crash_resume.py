@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
 from tests.waiting import communicate, kill, tail, wait_until
-from workbench import engine
+from workbench.engine.sweep_run import run_sweep
 from workbench.spec import sweep as spec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -215,7 +215,7 @@ def test_an_objective_past_the_bound_is_pruned_as_diverged(write_spec, tmp_path)
         trials=1, methods={"step_size": [{"name": "constant", "fixed": {"lr": 1e-6}}]},
         objective={"metric": "train/loss", "diverge_past": 0.01},
         storage=f"sqlite:///{tmp_path / 'store.db'}"))
-    (status,) = engine.run_sweep(spec.load(path), device="cpu")
+    (status,) = run_sweep(spec.load(path), device="cpu")
     assert status.pruned == 1
     trial = optuna.load_study(study_name=status.name,
                               storage=f"sqlite:///{tmp_path / 'store.db'}").get_trials()[0]

@@ -26,9 +26,9 @@ from workbench.credit import plan as credit_plan
 from workbench.credit.checkpoint import held_out, memo_policy, train_checkpoint
 from workbench.credit.sampling import sample_group, sample_groups, split_half_reliability
 from workbench.testbeds import Budget
+from workbench.testbeds.agent.episodes import mc_values_of
 from workbench.testbeds.agent.ground_truth import exact_advantages
 from workbench.testbeds.agent.keydoor import KeyDoor
-from workbench.testbeds.agent.loop import mc_values_of
 from workbench.testbeds.agent.task import KeyDoorTask
 
 # tree_grpo's trees: 2 per instance of 1 + 3 leaves each, G / 2 of them kept
@@ -334,7 +334,7 @@ def test_the_tool_use_puzzle_is_measured_too(tmp_path):
 
 
 def test_spo_chain_gets_the_loop_s_monte_carlo_values_and_is_measured():
-    """spo_chain's mc_values come as the training loop gives them (``loop.mc_values_of``: its
+    """spo_chain's mc_values come as the training loop gives them (``episodes.mc_values_of``: its
     cut points' states restored and played on by the checkpoint), from its own stream; their
     continuations count in its env_steps, and the other estimators' draws stay as they were."""
     document = {**TINY, "estimators": ["grpo", "spo_chain"], "group_sizes": [4],

@@ -6,7 +6,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from workbench import engine
+from workbench.engine.sweep_run import run_sweep
 from workbench.families import StepSizeMethod
 from workbench.registry import _REGISTRY, Reference, register
 from workbench.spec import sweep as spec
@@ -57,7 +57,7 @@ def test_a_raising_method_fails_its_trials_and_the_sweep_goes_on(raising_method,
                                                                  tmp_path):
     sweep = load_tiny(write_spec, tmp_path,
                       methods={"step_size": ["raises_demo", "constant"]}, max_failed_trials=2)
-    statuses = {s.label: s for s in engine.run_sweep(sweep, device="cpu")}
+    statuses = {s.label: s for s in run_sweep(sweep, device="cpu")}
     assert statuses["constant"].complete == 3
     broken = statuses["raises_demo"]
     assert broken.failed == 2 and broken.complete == 0
@@ -71,7 +71,7 @@ def test_a_raising_method_fails_its_trials_and_the_sweep_goes_on(raising_method,
         text = open(client.download_artifacts(run.info.run_id, "traceback.txt")).read()
         assert "RuntimeError: boom" in text and "Traceback" in text
     # again: the study has spent its failure allowance, so nothing more runs
-    again = {s.label: s for s in engine.run_sweep(sweep, device="cpu")}
+    again = {s.label: s for s in run_sweep(sweep, device="cpu")}
     assert again["raises_demo"].failed == 2
 
 
@@ -82,7 +82,7 @@ def test_a_diverging_run_is_pruned_with_a_reason(write_spec, tmp_path):
         methods={"step_size": [{"name": "constant", "fixed": {"lr": 50.0}}]},
         budget={"steps": 2000})
     assert sweep.notes == ["tiny.step_size=constant: nothing to tune; running 1 trial"]
-    (status,) = engine.run_sweep(sweep, device="cpu")
+    (status,) = run_sweep(sweep, device="cpu")
     assert status.pruned == 1 and status.complete == 0
     trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
     assert trial.user_attrs["prune_reason"] == "diverged"
@@ -121,7 +121,7 @@ def test_median_pruner_reports_per_seed_and_prunes(write_spec, tmp_path):
                                 "search_space": {"lr": {"low": 1e-4, "high": 3.0,
                                                         "log": True}}}]},
         pruner={"name": "median", "startup_trials": 2, "report_points": 5})
-    (status,) = engine.run_sweep(sweep, device="cpu")
+    (status,) = run_sweep(sweep, device="cpu")
     study = optuna.load_study(study_name=status.name, storage=sweep.storage)
     assert status.finished == 12 and status.pruned >= 1
     complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
@@ -141,7 +141,7 @@ def test_samplers_are_seeded(write_spec, tmp_path):
                                                           "startup_trials": 2},
                                                  methods={"step_size": ["constant"]})))
         sweep = spec.load(path)
-        engine.run_sweep(sweep, device="cpu")
+        run_sweep(sweep, device="cpu")
         study = optuna.load_study(study_name=study_name(sweep.storage, "tiny.step_size=constant"),
                                   storage=sweep.storage)
         params.append([t.params for t in study.get_trials()])
@@ -155,7 +155,7 @@ def test_a_searched_hyperparameter_the_code_never_reads_is_flagged(write_spec, t
     sweep = load_tiny(write_spec, tmp_path, trials=2, seeds=1, methods={"step_size": [
         {"name": "polyak", "search_space": {"delta": {"low": 1e-3, "high": 0.1, "log": True}}},
         {"name": "armijo", "search_space": {"beta": {"low": 0.3, "high": 0.9}}}]})
-    engine.run_sweep(sweep, device="cpu")
+    run_sweep(sweep, device="cpu")
     err = capsys.readouterr().err
     assert "tiny.step_size=polyak: step_size.delta searched but never read" in err
     assert err.count("searched but never read") == 1  # once per study; armijo reads its knobs

@@ -12,9 +12,13 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import tiny_spec
-from workbench import engine, registry, report
+from workbench import registry, report
 from workbench.common import fingerprint
 from workbench.common.validation import SpecError
+from workbench.engine.status import sweep_status
+from workbench.engine.studies import make_pruner, setup
+from workbench.engine.sweep_run import run_sweep
+from workbench.engine.workers import resolve_device
 from workbench.spec import sweep as spec
 from workbench.spec.plan import Sweep
 from workbench.spec.resolve import evaluation_plan
@@ -221,7 +225,7 @@ def test_held_out_seeds_are_disjoint_from_the_tuning_seeds(write_spec):
 
 def sweep_once(sweep: Sweep) -> list[str]:
     notes: list[str] = []
-    engine.run_sweep(sweep, device="cpu", say=notes.append)
+    run_sweep(sweep, device="cpu", say=notes.append)
     return notes
 
 
@@ -271,7 +275,7 @@ def test_a_changed_sweep_starts_a_new_study_and_supersedes_the_old(change, write
     assert len(notes) == 1 and notes[0].startswith(f"my_rule_fp: {said}") and notes[0].endswith(
         f"; starting a new study {new.name}"), notes
     assert len(trials_of(second, new)) == 2 and len(trials_of(first, old)) == 2
-    states = {s.fingerprint: s for s in engine.sweep_status(second, Store.from_url(
+    states = {s.fingerprint: s for s in sweep_status(second, Store.from_url(
         second.storage))}
     assert states[new.fingerprint].state == "up to date"
     assert states[old.fingerprint].state == "superseded"
@@ -298,7 +302,7 @@ def test_going_back_to_an_earlier_spec_returns_to_its_study(write_spec, plugin, 
     assert notes == [f"constant: budget.steps 10 → 20; returning to its earlier study "
                      f"{first.studies[0].name}"]
     assert len(store_runs(first)) == count  # its trials were all there
-    statuses = engine.sweep_status(first, Store.from_url(first.storage))
+    statuses = sweep_status(first, Store.from_url(first.storage))
     assert [s.state for s in statuses] == ["up to date", "superseded"]
 
 
@@ -423,7 +427,7 @@ def test_the_wilcoxon_pruner_sees_one_value_per_seed_in_the_spec_order(write_spe
             assert value == pytest.approx(objective[(str(trial.number), [4, 2, 7][step])])
         if trial.state == TrialState.COMPLETE:
             assert sorted(trial.intermediate_values) == [0, 1, 2]
-    assert isinstance(engine.make_pruner(sweep), optuna.pruners.WilcoxonPruner)
+    assert isinstance(make_pruner(sweep), optuna.pruners.WilcoxonPruner)
 
 
 def test_status_names_each_study_state_and_what_changed(write_spec, tmp_path):
@@ -457,14 +461,14 @@ def test_a_study_superseded_after_a_kill_leaves_no_run_running(write_spec, tmp_p
                          storage=f"sqlite:///{tmp_path / 'store.db'}")
     first = load(write_spec, document)
     store = Store.from_url(first.storage)
-    engine.setup(first, store)
+    setup(first, store)
     storage, client = store.optuna_storage(), store.mlflow_client()
     plan = first.studies[0]
     study = optuna.load_study(study_name=plan.name, storage=storage)
     trial = Claims(first, store, storage, client).claim(study, plan)
     with MetricSink(store.mlflow_url) as sink:  # its trial run and first seed run, opened
         runner = TrialRunner(first, client, RunWriter(client, store.mlflow_url), storage, sink,
-                             engine.resolve_device("cpu"), set())
+                             resolve_device("cpu"), set())
         opened = runner._open(study, plan, trial)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)

@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_cli, tiny_spec
 from tests.waiting import scaled
-from workbench import engine
 from workbench.cli import main as cli
+from workbench.engine.sweep_run import run_sweep
 from workbench.spec import sweep as spec
 
 FIGURES = ["final", "profiles", "best_of_k", "sensitivity_tiny", "curves_train-loss_step",
@@ -31,7 +31,7 @@ def swept(tmp_path_factory):
                 "target": {"metric": "train/accuracy", "value": 0.9}})
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(document))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     return folder, path
 
 
@@ -80,7 +80,7 @@ def test_a_report_spec_draws_several_sweeps(swept, tmp_path):
     other["methods"] = {"step_size": ["constant"]}
     other_path = folder / "tiny2.yaml"
     other_path.write_text(yaml.safe_dump(other))
-    engine.run_sweep(spec.load(other_path), device="cpu")
+    run_sweep(spec.load(other_path), device="cpu")
     report_spec = tmp_path / "both.yaml"
     report_spec.write_text(yaml.safe_dump({"name": "both", "sweeps": [str(path),
                                                                       str(other_path)]}))
@@ -110,7 +110,7 @@ def test_across_sweeps_scores_are_normalised_and_stratified(swept, tmp_path):
     other["name"] = "tiny3"
     other_path = folder / "tiny3.yaml"
     other_path.write_text(yaml.safe_dump(other))
-    engine.run_sweep(spec.load(other_path), device="cpu")
+    run_sweep(spec.load(other_path), device="cpu")
     sweeps = [spec.load(path), spec.load(other_path)]
     pooled = data.pooled_scores([data.read_sweep(report.SweepRef(s.name, s.storage),
                                                  sweeps[0].spec.report) for s in sweeps])
@@ -146,7 +146,7 @@ def forgotten(tmp_path_factory):
                                  "aggregate": "mean"})
     path = folder / "gone.yaml"
     path.write_text(yaml.safe_dump(document))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     path.unlink()
     return folder, store, document
 

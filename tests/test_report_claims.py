@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
-from workbench import engine, report
+from workbench import report
+from workbench.engine.sweep_run import run_sweep
 from workbench.reproduce import checks
 from workbench.spec import sweep as spec
 from workbench.stats.claims import Reach, first_reach, km_median, loglog_fit, loglog_slope
@@ -64,7 +65,7 @@ def swept(tmp_path_factory):
                 "target": {"metric": "train/loss", "value": 0.05, "direction": "minimize"}})
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(document))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     return folder, path, storage
 
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
-from workbench import engine
 from workbench.common.validation import SpecError
 from workbench.engine import studies
+from workbench.engine.sweep_run import run_sweep
 from workbench.report import data
 from workbench.spec import sweep as spec
 from workbench.store.database import Store
@@ -20,7 +20,7 @@ def test_a_study_without_trials_is_reported_as_having_none(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_spec(methods={"step_size": ["constant"]}, trials=2,
                                              seeds=2, storage=storage)))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     path.write_text(yaml.safe_dump(tiny_spec(methods={"step_size": ["constant", "polyak"]},
                                              trials=2, seeds=2, storage=storage)))
     sweep = spec.load(path)
@@ -40,7 +40,7 @@ def test_sweeps_with_disjoint_methods_report_together(tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(tiny_spec(name=name, methods={"step_size": [method]},
                                                  trials=1, seeds=2, storage=storage)))
-        engine.run_sweep(spec.load(path), device="cpu")
+        run_sweep(spec.load(path), device="cpu")
         paths.append(str(path))
     report_spec = tmp_path / "both.yaml"
     report_spec.write_text(yaml.safe_dump({"name": "both", "sweeps": paths}))
@@ -85,7 +85,7 @@ def test_tables_and_bands_of_a_bounded_metric_stay_inside_its_range(tmp_path, mo
         task={"name": "logreg", "params": {"n_samples": 64, "dim": 5, "batch_size": 8,
                                            "data_seed": None}},
         report={"metrics": ["train/loss", "train/accuracy"], "x_axes": ["step"]})))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     d = data.read_sweep(data.SweepRef("tiny", storage))
     assert d.bounds("train/loss") == (0.0, np.inf)  # the task's: logistic loss >= 0
     assert d.bounds("train/accuracy") == (0.0, 1.0) == metrics.bounds("train/accuracy")

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.testbeds.rlvr.backends import VLLM_MISSING, HFBackend, Rollouts, make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import VLLM_MISSING, HFBackend, Rollouts
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, load_policy
 from workbench.testbeds.rlvr.problems import generate as generate_problems
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer

@@ -12,7 +12,8 @@ import torch
 from workbench import registry
 from workbench.testbeds import Budget, get_task
 from workbench.testbeds.rlvr import warmup
-from workbench.testbeds.rlvr.backends import Rollouts, make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import Rollouts
 from workbench.testbeds.rlvr.loop import RLSettings, build_batch, response_log_probs, sample_batch
 from workbench.testbeds.rlvr.model import ModelConfig, build_model, sequence_log_probs
 from workbench.testbeds.rlvr.problems import generate

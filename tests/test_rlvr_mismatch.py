@@ -14,7 +14,7 @@ import torch
 
 from workbench import registry
 from workbench.testbeds import Budget, get_task
-from workbench.testbeds.rlvr.backends import make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
 from workbench.testbeds.rlvr.loop import RLSettings, build_batch, response_log_probs
 from workbench.testbeds.rlvr.mismatch import importance_weights, mismatch_metrics, tis_weights
 from workbench.testbeds.rlvr.model import ModelConfig, build_model

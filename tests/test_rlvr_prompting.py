@@ -14,7 +14,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from workbench import registry
 from workbench.testbeds import Budget, get_task
-from workbench.testbeds.rlvr.backends import cut_at_stop, make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import cut_at_stop
 from workbench.testbeds.rlvr.checker import extract_answer, is_correct, reward
 from workbench.testbeds.rlvr.model import load_policy
 from workbench.testbeds.rlvr.problems import Difficulty, generate

@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save
 
 from workbench.testbeds import get_task
-from workbench.testbeds.rlvr.backends import VLLM_MISSING, make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
+from workbench.testbeds.rlvr.backends import VLLM_MISSING
 from workbench.testbeds.rlvr.model import ModelConfig, build_model
 from workbench.testbeds.rlvr.task import backend_options
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer

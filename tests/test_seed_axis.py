@@ -16,8 +16,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from workbench import engine, registry
+from workbench import registry
 from workbench.common.budget import Budget
+from workbench.engine.sweep_run import run_sweep
 from workbench.families import ContractViolation, StepSizeMethod, check
 from workbench.families.batch_size import check_configuration as check_batch_size
 from workbench.families.step_size import check_configuration as check_step_size
@@ -332,7 +333,7 @@ def test_the_median_pruner_sees_one_value_per_report_point_over_the_seeds(write_
                                 "search_space": {"lr": {"low": 1e-4, "high": 3.0,
                                                         "log": True}}}]},
         pruner={"name": "median", "startup_trials": 2, "report_points": 5})
-    (status,) = engine.run_sweep(sweep, device="cpu")
+    (status,) = run_sweep(sweep, device="cpu")
     study = optuna.load_study(study_name=status.name, storage=sweep.storage)
     assert status.finished == 12 and status.pruned >= 1
     complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
@@ -351,7 +352,7 @@ def test_a_diverging_seed_axis_prunes_its_trial_with_the_reason(write_spec, tmp_
         task={"name": "quadratic", "params": {"dim": 5, "condition_number": 10}},
         methods={"step_size": [{"name": "constant", "fixed": {"lr": 50.0}}]},
         budget={"steps": 2000})
-    (status,) = engine.run_sweep(sweep, device="cpu")
+    (status,) = run_sweep(sweep, device="cpu")
     assert status.pruned == 1 and status.complete == 0
     trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
     assert trial.user_attrs["prune_reason"] == "diverged"
@@ -377,7 +378,7 @@ def test_a_raising_method_fails_the_trial_and_every_seed_run(write_spec, tmp_pat
     try:
         sweep = load_spec(write_spec, tmp_path, methods={"step_size": ["raises_on_the_axis"]},
                           max_failed_trials=1)
-        (status,) = engine.run_sweep(sweep, device="cpu")
+        (status,) = run_sweep(sweep, device="cpu")
         assert status.failed == 1
         trial = optuna.load_study(study_name=status.name, storage=sweep.storage).get_trials()[0]
         client = MlflowClient(f"sqlite:///{tmp_path / 'store.mlflow.db'}")

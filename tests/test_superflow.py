@@ -12,7 +12,7 @@ from methods.batch_size.superflow import allocate
 from workbench import families, registry
 from workbench.families import BatchSlot
 from workbench.testbeds import Budget, get_task
-from workbench.testbeds.rlvr.backends import make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
 from workbench.testbeds.rlvr.loop import RLSettings, sample_batch
 from workbench.testbeds.rlvr.model import ModelConfig, build_model
 from workbench.testbeds.rlvr.problems import generate

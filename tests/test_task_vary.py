@@ -8,8 +8,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import tiny_spec
-from workbench import engine
 from workbench.cli import main as cli
+from workbench.engine.sweep_run import run_sweep
 from workbench.spec import sweep as spec
 from workbench.store import runs
 
@@ -26,7 +26,7 @@ def swept(tmp_path_factory):
         evaluation={"seeds": 1}, storage=f"sqlite:///{folder / 'store.db'}")
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(document))
-    engine.run_sweep(spec.load(path), device="cpu")
+    run_sweep(spec.load(path), device="cpu")
     client = MlflowClient(f"sqlite:///{folder / 'store.mlflow.db'}")
     experiment = client.get_experiment_by_name("tiny").experiment_id
     return folder, path, client, experiment

@@ -9,14 +9,14 @@ import math
 import re
 import time
 
-import yaml
-
 from workbench.cli.usage import UsageError
 
 
 def _parse_value(text: str):
     """A command-line value as YAML reads it, the string itself where YAML cannot; YAML that
     nests or expands too far, or repeats a key, is an error."""
+    import yaml
+
     from workbench.common import yamlsafe
     from workbench.common.validation import shorten
 
@@ -31,9 +31,10 @@ def _parse_value(text: str):
 def cmd_run(args) -> int:
     import torch
 
-    from workbench import engine, registry
+    from workbench import registry
     from workbench.common import seeds
     from workbench.common.validation import SpecError
+    from workbench.engine.workers import resolve_device
     from workbench.spec import sweep as spec
     from workbench.spec.resolve import fitting_methods
     from workbench.spec.schema import MAX_SEED
@@ -80,7 +81,7 @@ def cmd_run(args) -> int:
         problems = [(_as_typed(path, chosen), message) for path, message in err.problems]
         raise SpecError(source, *problems[0], more=problems[1:]) from None
     methods = {m.slot: m.cls(**m.fixed) for m in sweep.studies[0].methods}
-    device = engine.resolve_device(args.device)
+    device = resolve_device(args.device)
     torch.manual_seed(seeds.int_seed(args.seed, "global"))  # as the engine does
     watch = _RunWatch(sweep.metric, sweep.direction)
     started = time.perf_counter()

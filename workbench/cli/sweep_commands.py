@@ -22,8 +22,9 @@ def cmd_sweep(args) -> int:
 
         check_workers(sweep, args.workers, args.ray is not None
                       or sweep.spec.launcher.name == "ray")
-    from workbench import engine
     from workbench.cli.progress import SweepProgress
+    from workbench.engine.sweep_run import run_sweep
+    from workbench.engine.workers import quiet_libraries, resolve_device, terminate_gracefully
     from workbench.spec import resolved
     from workbench.store.artifacts import ArtifactRootError
 
@@ -35,17 +36,17 @@ def cmd_sweep(args) -> int:
 
     resolved.keep(sweep, args.spec, storage=args.storage)  # for `status` and `report`
 
-    engine.quiet_libraries()
+    quiet_libraries()
 
     if ray is None:
-        engine.resolve_device(args.device or sweep.spec.device)
+        resolve_device(args.device or sweep.spec.device)
     reachable(sweep.storage)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
-    engine.terminate_gracefully()
+    terminate_gracefully()
     bar = SweepProgress(sweep, quiet=args.quiet)
     try:
-        final = engine.run_sweep(sweep, workers=args.workers or 1, device=args.device,
+        final = run_sweep(sweep, workers=args.workers or 1, device=args.device,
                                  progress=bar, ray=ray)
     except (ArtifactRootError, _ray_problem()) as err:
         raise UsageError(str(err)) from None
@@ -167,10 +168,11 @@ def cmd_credit(args) -> int:
     from workbench.credit import plan as credit_plan
 
     plan = credit_plan.load(args.spec)
-    from workbench import engine, report
+    from workbench import report
     from workbench.credit import entry as credit
+    from workbench.engine.workers import resolve_device
 
-    device = engine.resolve_device(args.device)
+    device = resolve_device(args.device)
     out = Path(args.out) if args.out else Path("reports") / "out" / plan.name
     try:
         credit.writable(out)

@@ -1,7 +1,7 @@
 """A study's fingerprint: a hash of everything that determines its results.
 
 The engine keys every study by ``digest(document)``, where the document (built by
-``workbench.spec.sweep.Sweep.fingerprint``) holds the task and its parameters, the budget, the
+``workbench.spec.plan.Sweep.fingerprint``) holds the task and its parameters, the budget, the
 objective, each method's fixed values and search space, the sampler and pruner settings, the
 seeds' execution mode, the device kind, the versions of the numerical libraries, and the
 *code*: a content hash of every module of the project's own packages that the run imports,

@@ -8,7 +8,7 @@ with bootstrap intervals over instances, as functions of G and N. Each estimator
 on the rows of the sampler it trains with: its reference's trees (Tree-GRPO's for
 ``tree_grpo``, SPO-tree's for ``spo_tree``), G independent rollouts for the others; one
 that reads ``mc_values`` (SPO-chain) gets them as
-the training loop gives them (``loop.mc_values_of``). Modules: ``plan`` (the spec and its
+the training loop gives them (``episodes.mc_values_of``). Modules: ``plan`` (the spec and its
 check, each estimator's sampler), ``checkpoint`` (the trained policy), ``sampling`` (one G,
 one sampler), ``measures`` (the statistics), ``outputs`` (figure, table, provenance),
 ``entry`` (``run``).

@@ -35,7 +35,7 @@ VALUE_INPUTS = frozenset({"values", "next_values"})  # what only a value head gi
 # the rows an estimator is measured on: those the training loop grows for it (``sampler_of``)
 INDEPENDENT, TREE, SEGMENTS = "independent", "tree", "segments"
 SAMPLERS = {
-    INDEPENDENT: "G independent rollouts of each instance (loop.play)",
+    INDEPENDENT: "G independent rollouts of each instance (episodes.play)",
     TREE: "Tree-GRPO's sampler (tree.play_trees): tree_count trees per instance, each one "
           "rollout then tree_rounds rounds of tree_expansions branches from uniformly drawn "
           "nodes, G / tree_count leaves kept per tree; a row is a kept leaf's whole path",

@@ -7,7 +7,7 @@ the estimators are grouped by sampler and each sampler's rows, sampled steps and
 continuations are played once per G (``sample_groups``: one ``GroupSample`` per sampler):
 
 - ``independent`` (every estimator without a tree sampler): the checkpoint plays each
-  of the I instances G times (``loop.play``);
+  of the I instances G times (``episodes.play``);
 - ``segments`` (an estimator whose reference grows SPO-tree's trees: ``spo_tree``): the rows
   of an instance are the leaves of one tree branching every ``segment_length`` steps
   (``tree.play_segment_trees``, the task's ``segment_branching``, whose product must be G; at
@@ -21,7 +21,7 @@ continuations are played once per G (``sample_groups``: one ``GroupSample`` per 
    = instance; the task's rubric judge's annotations where an estimator reads them, independent
    rows only) through the advantage family's caller side: ``compute_advantages`` (the inputs it
    requires). One that reads ``mc_values`` (``spo_chain``) first gets them as the training
-   loop gives them (``loop.mc_values_of``: its ``value_request``'s states restored and played
+   loop gives them (``episodes.mc_values_of``: its ``value_request``'s states restored and played
    on by the checkpoint), actions from its own stream. The environment steps each estimator
    costs (``env_steps``) are the sampler's played steps (a tree's shared prefix once, pruned
    branches too) plus its own continuations.
@@ -66,8 +66,8 @@ from workbench.credit.plan import (
 )
 from workbench.families import AdvantageBatch, compute_advantages
 from workbench.testbeds.agent.environment import Instance
+from workbench.testbeds.agent.episodes import Episodes, mc_values_of, play
 from workbench.testbeds.agent.ground_truth import q_and_v_returns
-from workbench.testbeds.agent.loop import Episodes, mc_values_of, play
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.tree import (
     SegmentShape,

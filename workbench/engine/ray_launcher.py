@@ -12,13 +12,15 @@ stale on another) and queued again as any crashed trial.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import torch
 
+from workbench.engine.launchers import Launcher
 from workbench.spec.plan import Sweep, device_kind
 from workbench.spec.sweep import check
 
@@ -212,3 +214,28 @@ def run_workers(sweep: Sweep, plan: RayPlan, device: str, held_out: list[int],
     if lost:
         say(f"{lost} Ray worker(s) died {plan.max_restarts + 1} times (launcher.max_restarts "
             f"{plan.max_restarts}); the studies they left short go on at the next run")
+
+
+@dataclass
+class RayLauncher(Launcher):
+    """The sweep's workers as Ray tasks (``run_workers``); ``opened`` joins the cluster (or
+    starts one of this machine) and counts the workers its nodes hold before anything is
+    written, and leaves a cluster it started."""
+
+    plan: RayPlan
+    device: torch.device
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[None]:
+        started = connect(self.plan.address)
+        try:
+            self.plan = replace(self.plan, workers=worker_count(self.plan))
+            yield
+        finally:
+            if started:
+                import ray
+
+                ray.shutdown()
+
+    def run(self, sweep, store, held_out, refresh, say) -> None:
+        run_workers(sweep, self.plan, self.device.type, held_out, refresh or (lambda: None), say)

@@ -135,7 +135,9 @@ def storage_url(work: Path) -> str:
 def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, command: str,
         say: Callable[[str], None]) -> Outcome:
     """Run the reproduction ``name`` and evaluate its checks on what it kept."""
-    from workbench import engine, report
+    from workbench import report
+    from workbench.engine.sweep_run import run_sweep
+    from workbench.engine.workers import quiet_libraries
     from workbench.spec import sweep as spec
 
     started, cpu = time.perf_counter(), _cpu_seconds()
@@ -143,12 +145,12 @@ def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, comm
     prepare(places)
     paths = specs(claim, folder, places.work, quick)
     plans = credit_specs(claim, folder, places.work, quick)
-    engine.quiet_libraries()
+    quiet_libraries()
     names = []
     for path in paths:
         sweep = spec.load(path, storage=storage_url(places.work), device="cpu")
         say(f"{name}: sweep {sweep.name} ({len(sweep.studies)} studies)")
-        final = engine.run_sweep(sweep, workers=1, device="cpu", say=say)
+        final = run_sweep(sweep, workers=1, device="cpu", say=say)
         short = [f"{s.label}: {s.shortfall()}" for s in final if s.shortfall()]
         if short:
             raise RuntimeError(f"{name}: sweep {sweep.name} ended short: " + "; ".join(short))

@@ -39,7 +39,7 @@ class ResolvedStudy:
 @dataclass(frozen=True)
 class ResolvedSweep:
     """A checked spec's sweep as far as `status` and `report` read it (the attribute names
-    of ``workbench.spec.sweep.Sweep``)."""
+    of ``workbench.spec.plan.Sweep``)."""
 
     name: str
     source: str
@@ -115,7 +115,7 @@ def _resolve(path: str | Path, storage: str | None) -> ResolvedSweep:
 
 
 def summary(sweep) -> ResolvedSweep:
-    """The part of a ``workbench.spec.sweep.Sweep`` that `status` and `report` read."""
+    """The part of a ``workbench.spec.plan.Sweep`` that `status` and `report` read."""
     return ResolvedSweep(
         name=sweep.name, source=sweep.source, storage=sweep.storage,
         task_name=sweep.task.name, seeds=list(sweep.seeds), metric=sweep.metric,

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from workbench.testbeds.agent.environment import AgentEnv, EnvFactory, Instance
-from workbench.testbeds.agent.loop import Episodes, play
+from workbench.testbeds.agent.episodes import Episodes, play
 from workbench.testbeds.agent.policy import Policy
 
 # per-step fields a node keeps (``Episodes`` attributes), as the network loop plays them

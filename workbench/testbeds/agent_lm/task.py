@@ -187,7 +187,7 @@ class AgentLMTask(Task):
         # transformers on first use: listing tasks or checking a spec never imports it
         from transformers.utils import logging as transformers_logging
 
-        from workbench.testbeds.agent_lm.turns import train
+        from workbench.testbeds.agent_lm.loop import train
         from workbench.testbeds.rlvr.model import load_policy
 
         transformers_logging.disable_progress_bar()

@@ -40,7 +40,7 @@ from workbench.common import seeds
 from workbench.testbeds.agent.environment import EnvFactory, Instance
 from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.agent_lm.turns import evaluate, prompt_text
-from workbench.testbeds.rlvr.backends import make_backend
+from workbench.testbeds.rlvr.backend_factory import make_backend
 from workbench.testbeds.rlvr.model import ModelConfig, build_model
 from workbench.testbeds.rlvr.tokenizer import build_char_tokenizer, char_vocab
 from workbench.testbeds.rlvr.warmup import (

@@ -1,7 +1,7 @@
 """Rollout backends: sample P prompts x n completions from the policy behind one small contract.
 
-``make_backend(name, model, tokenizer, model_dir, device, **options)`` returns a
-``RolloutBackend`` whose ``generate(prompts, n, max_new_tokens=..., temperature=1.0,
+``backend_factory.make_backend(name, model, tokenizer, model_dir, device, **options)``
+returns a ``RolloutBackend`` whose ``generate(prompts, n, max_new_tokens=..., temperature=1.0,
 greedy=False, seed=0, stop=())`` gives ``Rollouts`` with completion j of prompt i at index
 ``i * n + j``:
 
@@ -49,14 +49,11 @@ Backends:
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -373,38 +370,3 @@ class HFBackend(RolloutBackend):
 
     def close(self) -> None:
         """Nothing to release (the model belongs to the caller)."""
-
-
-def _import_vllm():
-    if importlib.util.find_spec("vllm") is None:
-        raise ImportError(VLLM_MISSING)
-    return importlib.import_module("vllm")
-
-
-def make_backend(
-    name: Literal["hf", "vllm"],
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    model_dir: str | Path | None,
-    device: str | torch.device,
-    **options: Any,
-) -> RolloutBackend:
-    """The rollout backend ``name`` for ``model`` (on ``device``), loaded from ``model_dir``
-    where the backend needs the directory (vllm; hf ignores it). ``options``: both
-    ``precision``; hf ``max_batch_size``; vllm those of ``vllm_backend.VLLMBackend``
-    (``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``,
-    ``tensor_parallel_size``, ``sleep``, ``sync_chunk_bytes``, any other ``vllm.LLM``
-    argument)."""
-    if name == "hf":
-        return HFBackend(model, tokenizer, device=device, **options)
-    if name == "vllm":
-        _import_vllm()
-        if torch.device(device).type != "cuda" or not torch.cuda.is_available():
-            raise ValueError(f"the vllm backend needs CUDA (the policy is on {device}); use "
-                             "the 'hf' backend on this machine")
-        if model_dir is None:
-            raise ValueError("the vllm backend loads the model directory: pass model_dir")
-        from workbench.testbeds.rlvr.vllm_backend import VLLMBackend
-
-        return VLLMBackend(model, tokenizer, model_dir, **options)
-    raise ValueError(f"unknown rollout backend {name!r}; choose one of {', '.join(BACKENDS)}")

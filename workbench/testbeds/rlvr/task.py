@@ -163,7 +163,7 @@ class RLVRArith(Task):
         # transformers on first use: listing tasks or checking a spec never imports it
         from transformers.utils import logging as transformers_logging
 
-        from workbench.testbeds.rlvr.backends import make_backend
+        from workbench.testbeds.rlvr.backend_factory import make_backend
         from workbench.testbeds.rlvr.loop import train
         from workbench.testbeds.rlvr.model import ModelConfig, load_policy
         from workbench.testbeds.rlvr.warmup import warm_up

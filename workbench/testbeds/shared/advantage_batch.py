@@ -2,7 +2,7 @@
 each beside the set of inputs it fills (the testbed's ``provides`` derives from it):
 
     control_batch      control rollouts: (T, N) tensors of N environments -> B = N rows
-    episode_batch      agent episodes (``agent.loop.Episodes``) and language-model turns
+    episode_batch      agent episodes (``agent.episodes.Episodes``) and language-model turns
                        (``agent_lm.turns.Turns``): (B episodes, T steps or turns)
     completion_batch   RLVR completions: (B completions, T tokens)
 
@@ -42,7 +42,7 @@ EPISODE_INPUTS = AdvantageBatch.names("rewards", "mask", "group_ids", "anchor_id
 
 
 class Played(Protocol):
-    """The (B, T) fields ``episode_batch`` reads, which ``agent.loop.Episodes`` and
+    """The (B, T) fields ``episode_batch`` reads, which ``agent.episodes.Episodes`` and
     ``agent_lm.turns.Turns`` share (each documents them)."""
 
     rewards: torch.Tensor
