@@ -21,7 +21,7 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_layering_contracts_hold():
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "6 kept, 0 broken" in result.stdout
+    assert "7 kept, 0 broken" in result.stdout
 
 
 def copy_of_the_code(tmp_path: Path) -> Path:
@@ -40,6 +40,17 @@ def test_a_loop_importing_the_engine_breaks_a_contract(tmp_path):
     assert result.returncode != 0
     assert "testbeds never import the engine" in result.stdout
     assert "workbench.testbeds.control.loop -> workbench.engine" in result.stdout
+
+
+def test_the_value_testbed_takes_only_the_control_testbeds_environments(tmp_path):
+    copy = copy_of_the_code(tmp_path)
+    loop = copy / "workbench" / "testbeds" / "value" / "loop.py"
+    loop.write_text(loop.read_text()
+                    + "\nfrom workbench.testbeds.control import ppo  # noqa: E402,F401\n")
+    result = lint(copy)
+    assert result.returncode != 0
+    assert "the value testbed takes only the control testbed's environments" in result.stdout
+    assert "workbench.testbeds.value.loop -> workbench.testbeds.control.ppo" in result.stdout
 
 
 def test_a_report_importing_the_spec_breaks_a_contract(tmp_path):

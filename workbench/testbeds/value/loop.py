@@ -8,8 +8,8 @@ Per environment step (all N environments at once):
 1. epsilon = ``epsilon_at(env steps so far)``, decaying over ``exploration_steps`` environment
    steps (default: ``exploration_fraction`` of the planned environment steps); act
    epsilon-greedily; store the N transitions (s, a, r, s', terminated);
-2. once the buffer holds ``learning_starts`` transitions, one update per ``train_frequency``
-   environment steps (several when N exceeds it), each:
+2. updates: after e environment steps, floor((e - ``learning_starts``) / ``train_frequency``)
+   updates have run (several per step when N exceeds ``train_frequency``); each:
    a. draw a replay batch of b transitions uniformly, b the batch-size slot's size;
    b. y = ``td_target`` (double DQN with ``double_dqn``), computed once, before the step;
    c. one optimizer step of the step-size slot on L = ``td_loss(Q(s, a), y)``
@@ -18,8 +18,8 @@ Per environment step (all N environments at once):
    d. log the update's metrics; the batch-size slot answers the next b from the step's
       statistics (``loss`` = L, ``grad_sq``, ``batch_size`` = b, ``samples`` = transitions
       replayed so far);
-3. every ``target_network_frequency`` environment steps after learning starts,
-   ``update_target`` with ``tau``.
+3. every ``target_network_frequency`` environment steps after ``learning_starts`` (checked
+   after each environment step), ``update_target`` with ``tau``.
 
 Slots: ``step_size`` (the Q-network's optimizer) and ``batch_size`` (the replay batch size),
 opened by ``families.open_update_slots``; DQN has no entropy or advantage slot. The logged
@@ -68,8 +68,8 @@ class DQNSettings(Settings):
     batch_size: int = Field(128, ge=1, le=1_000_000, description="replay batch size b: the "
                             "batch-size slot's base size")
     gamma: float = Field(0.99, ge=0.0, le=1.0)
-    learning_starts: int = Field(10_000, ge=0, description="transitions stored before the "
-                                 "first update")
+    learning_starts: int = Field(10_000, ge=0, description="environment steps (transitions) "
+                                 "before the first update")
     train_frequency: int = Field(10, ge=1, description="environment steps per update")
     target_network_frequency: int = Field(500, ge=1, description="environment steps between "
                                           "target-network updates")
@@ -105,7 +105,7 @@ def planned_env_steps(settings: DQNSettings, budget: Budget) -> int:
 def planned_updates(settings: DQNSettings, budget: Budget) -> int:
     """The updates the budget allows: the horizon step-size schedules use."""
     learning = planned_env_steps(settings, budget) - settings.learning_starts
-    return max(1, min(budget.steps, math.ceil(learning / settings.train_frequency)))
+    return max(1, min(budget.steps, learning // settings.train_frequency))
 
 
 def train(env: BatchedEnv, q_net: QNetwork, methods: Mapping[str, Any], settings: DQNSettings,
@@ -126,7 +126,7 @@ def train(env: BatchedEnv, q_net: QNetwork, methods: Mapping[str, Any], settings
 
     obs = env.reset(seed=seeds.int_seed(seed, "env"))
     env_steps, update, replayed, seconds, diverged = 0, 0, 0, 0.0, False
-    due, since_target = 0, 0  # env steps towards the next update / target update
+    since_target = 0  # env steps since the last target update (once learning started)
     ended: list[float] = []  # returns of the episodes ended since the last logged update
     lengths: list[float] = []
     recent: deque[float] = deque(maxlen=RECENT_EPISODES)
@@ -146,14 +146,13 @@ def train(env: BatchedEnv, q_net: QNetwork, methods: Mapping[str, Any], settings
             ended.extend(step.episode_return[done].tolist())
             lengths.extend(step.episode_length[done].tolist())
             recent.extend(step.episode_return[done].tolist())
-        if buffer.size < max(settings.learning_starts, 1):
+        learned = env_steps - settings.learning_starts  # env steps since learning started
+        if learned < 0:
             if budget.spent(env_steps, seconds + time.perf_counter() - started):
                 break
             continue
-        # 2. updates: one per train_frequency environment steps
-        due += n
-        while due >= settings.train_frequency and update < budget.steps:
-            due -= settings.train_frequency
+        # 2. updates: after e env steps, floor((e - learning_starts) / train_frequency) in all
+        while update < min(budget.steps, learned // settings.train_frequency):
             stats = _update(q_net, target, optimizer, buffer, batch_size, settings,
                             replay_draws, params)
             update += 1
@@ -185,7 +184,7 @@ def train(env: BatchedEnv, q_net: QNetwork, methods: Mapping[str, Any], settings
             if wanted is not None:
                 batch_size = wanted
         # 3. target network
-        since_target += n
+        since_target += min(n, learned)
         if since_target >= settings.target_network_frequency:
             since_target %= settings.target_network_frequency
             update_target(target, q_net, settings.tau)
