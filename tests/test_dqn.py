@@ -156,6 +156,29 @@ def test_updates_start_after_learning_starts_and_follow_train_frequency():
     assert all(m["cost/samples"] == m["cost/env_steps"] for _, m in history)
 
 
+def test_a_budget_in_wall_seconds_ends_the_run():
+    chosen = {"step_size": registry.get("step_size", "adam")(),
+              "batch_size": registry.get("batch_size", "constant")()}
+    out = TASK().run(TASK.Params(**{**FAST, "learning_starts": 0, "hidden": [8]}), chosen,
+                     seed=0, device=torch.device("cpu"), budget=Budget(wall_seconds=0.3),
+                     log=lambda step, m: None)
+    # no step or sample limit: only the clock ended it (after the first step's update)
+    assert 1 <= out["steps"] < Budget(wall_seconds=0.3).steps and not out["diverged"]
+
+
+def test_the_target_network_is_updated_every_k_environment_steps_after_learning_starts(
+        monkeypatch):
+    from workbench.testbeds.value import loop
+
+    calls = []
+    monkeypatch.setattr(loop, "update_target",
+                        lambda target, online, tau: calls.append(tau))
+    run({**FAST, "num_envs": 2, "learning_starts": 100, "train_frequency": 1,
+         "target_network_frequency": 50, "tau": 0.5, "batch_size": 8, "hidden": [8]}, {},
+        samples=400)
+    assert calls == [0.5] * ((400 - 100) // 50)
+
+
 def test_epsilon_is_logged_as_it_decays_over_exploration_steps():
     _, history = run({**FAST, "num_envs": 1, "learning_starts": 0, "train_frequency": 1,
                       "batch_size": 4, "hidden": [8], "exploration_steps": 50,
