@@ -10,7 +10,8 @@ Per environment step (all N environments at once):
    epsilon-greedily; store the N transitions (s, a, r, s', terminated);
 2. updates: after e environment steps, floor((e - ``learning_starts``) / ``train_frequency``)
    updates have run (several per step when N exceeds ``train_frequency``); each:
-   a. draw a replay batch of b transitions uniformly, b the batch-size slot's size;
+   a. draw a replay batch of b transitions uniformly, b the batch-size slot's size (clamped
+      to [1, ``buffer_size``]: the slot's ``n_samples`` is the buffer's capacity);
    b. y = ``td_target`` (double DQN with ``double_dqn``), computed once, before the step;
    c. one optimizer step of the step-size slot on L = ``td_loss(Q(s, a), y)``
       (``families.minibatch_step``: gradients clipped to ``max_grad_norm`` if set); the loss
