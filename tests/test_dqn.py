@@ -206,6 +206,13 @@ def test_the_replay_batch_size_follows_a_batch_size_schedule(monkeypatch):
     assert drawn == logged  # what the loop replayed is what it logged
 
 
+def test_a_replay_batch_larger_than_the_buffer_is_clamped_to_its_capacity():
+    big = registry.get("batch_size", "constant")(size=5000)
+    _, history = run({**FAST, "learning_starts": 100, "buffer_size": 300, "hidden": [8]},
+                     {"batch_size": big}, steps=3)
+    assert [m["batch/size"] for _, m in history] == [300.0] * 3
+
+
 def test_the_step_size_slot_steps_the_q_network():
     constant = registry.get("step_size", "constant")(lr=0.0)  # lr 0: Q never moves
     out, history = run({**FAST, "learning_starts": 100, "hidden": [16]},
