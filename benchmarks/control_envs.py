@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from workbench.testbeds.control.envs import ENV_IDS, make
+from workbench.testbeds.envs import ENV_IDS, make
 
 CPU_SIZES = (8, 64, 1024, 4096, 8192, 65536)
 CUDA_SIZES = CPU_SIZES + (1_048_576,)

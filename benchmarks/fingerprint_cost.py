@@ -31,24 +31,25 @@ REPEATS = 7
 # the fingerprints of the quickstart's studies, cold, after the imports the spec needs anyway
 FINGERPRINTS = """
 import sys, time
-from workbench import spec
+from workbench.spec import resolve, schema
+from workbench.spec.sweep import read_yaml
 from workbench.testbeds import get_task
 from workbench import registry
 get_task("logreg"); registry.available()
-from workbench import fingerprint
-sweep_spec = spec.SweepSpec.model_validate(spec.read_yaml(sys.argv[1]))
+from workbench.common import fingerprint
+sweep_spec = schema.SweepSpec.model_validate(read_yaml(sys.argv[1]))
 start = time.perf_counter()
-sweep = spec.resolve(sweep_spec, sys.argv[1])
+sweep = resolve.resolve(sweep_spec, sys.argv[1])
 digests = [plan.fingerprint for plan in sweep.studies]
 print(time.perf_counter() - start)
 """
 
-# spec.resolve without fingerprints: the same call with the document function stubbed out (a
+# resolve without fingerprints: the same call with the document function stubbed out (a
 # distinct trivial document per study, as distinct studies must have)
 BASELINE = FINGERPRINTS.replace(
     "start = time.perf_counter()",
     "import itertools\ncount = itertools.count()\n"
-    "spec.fingerprint_document = lambda *a: {'n': next(count)}\nstart = time.perf_counter()")
+    "resolve.fingerprint_document = lambda *a: {'n': next(count)}\nstart = time.perf_counter()")
 
 # the supersede bookkeeping: the experiment's study runs, read once per sweep
 BOOKKEEPING = """

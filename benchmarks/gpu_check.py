@@ -92,9 +92,9 @@ def step_parity(dry_run: bool) -> dict:
 
     import torch
 
-    from workbench.testbeds.control.envs import ENV_IDS, make
     from workbench.testbeds.control.policy import ActorCritic
     from workbench.testbeds.control.rollout import collect
+    from workbench.testbeds.envs import ENV_IDS, make
 
     device = _device(dry_run)
     n, steps = (64, 10) if dry_run else (4096, 200)

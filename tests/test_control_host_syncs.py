@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from workbench.testbeds.control.envs import ENV_IDS, make
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.rollout import collect
+from workbench.testbeds.envs import ENV_IDS, make
 
 _READS = {"nonzero", "argwhere", "item", "tolist", "__bool__", "__int__", "__float__",
           "__index__", "masked_select", "unique", "bincount", "repeat_interleave"}

@@ -9,9 +9,9 @@ import torch
 
 from workbench import registry
 from workbench.testbeds import Budget, get_task
-from workbench.testbeds.control.envs import make
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.rollout import ADVANTAGE_INPUTS, collect
+from workbench.testbeds.envs import make
 
 
 def method(family: str, name: str, **params):

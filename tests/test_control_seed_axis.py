@@ -22,7 +22,7 @@ from workbench.families.optim import FlatOptimizer
 from workbench.families.step_size import check_configuration as check_step_size
 from workbench.registry import _REGISTRY, Reference, register
 from workbench.testbeds import get_task
-from workbench.testbeds.control.envs import TORCH_ENVS
+from workbench.testbeds.envs import TORCH_ENVS
 
 # a float64 run small enough for a test: 3 environments per seed, 16 steps per update
 SMALL = {"num_envs": 3, "rollout_len": 16, "hidden": 8, "dtype": "float64", "minibatches": 2,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.testbeds.control.envs import ENV_IDS, GymVectorEnv, make
+from workbench.testbeds.envs import ENV_IDS, GymVectorEnv, make
 
 # float64 observation of Gymnasium's (float64) state, written from each environment's _get_obs
 REFERENCE_OBS = {

@@ -167,8 +167,8 @@ raises_demo_method.before_raising = before_raising
 CLOSE_THE_STUDY_RUN_TOGETHER = '''
 import optuna
 from optuna.trial import TrialState
-from workbench import runs
 from workbench.engine.claims import Claims
+from workbench.store import runs
 from workbench.store.database import Store
 
 MARKS = Path(os.environ["WORKBENCH_TEST_MARKS"])

@@ -42,6 +42,17 @@ def test_a_loop_importing_the_engine_breaks_a_contract(tmp_path):
     assert "workbench.testbeds.control.loop -> workbench.engine" in result.stdout
 
 
+def test_the_value_testbed_shares_only_the_environments_with_the_control_testbed(tmp_path):
+    copy = copy_of_the_code(tmp_path)
+    loop = copy / "workbench" / "testbeds" / "value" / "loop.py"
+    loop.write_text(loop.read_text()
+                    + "\nfrom workbench.testbeds.control import ppo  # noqa: E402,F401\n")
+    result = lint(copy)
+    assert result.returncode != 0
+    assert "no testbed imports another testbed BROKEN" in result.stdout
+    assert "workbench.testbeds.value.loop -> workbench.testbeds.control.ppo" in result.stdout
+
+
 def test_a_report_importing_the_spec_breaks_a_contract(tmp_path):
     copy = copy_of_the_code(tmp_path)
     tables = copy / "workbench" / "report" / "tables.py"

@@ -36,6 +36,8 @@ RUNS = [
     ("cartpole", SMALL_CONTROL, {"entropy": ("clip_cov", {})}),
     ("cartpole", {**SMALL_CONTROL, "algorithm": "reinforce"}, {}),
     ("pendulum", SMALL_CONTROL, {}),
+    ("dqn-cartpole", {"num_envs": 2, "learning_starts": 80, "train_frequency": 1,
+                      "batch_size": 8, "hidden": [8]}, {"batch_size": ("linear_ramp", {})}),
     ("rlvr-arith", TINY_RLVR, {"entropy": ("clip_cov", {})}),
     ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),

@@ -107,15 +107,19 @@ def test_armijo_state_survives_state_dict():
 
 
 def test_every_method_runs_on_every_task_it_fits():
-    """Every step-size method on every optimisation testbed it fits, and on CartPole's
-    policy-gradient loop (PPO, the other slots at the task's defaults)."""
+    """Every step-size method on every optimisation testbed it fits, on CartPole's
+    policy-gradient loop (PPO, the other slots at the task's defaults) and on DQN's TD
+    updates."""
     from workbench.testbeds import TASKS
 
-    small_rl = {"num_envs": 4, "rollout_len": 16}
+    small_rl = {"cartpole": ({"num_envs": 4, "rollout_len": 16}, "train/value_loss"),
+                "dqn-cartpole": ({"learning_starts": 32, "train_frequency": 1,
+                                  "batch_size": 16, "hidden": [16]}, "train/td_loss")}
     for task_cls in TASKS.values():
-        rl = task_cls.name == "cartpole"
+        rl = task_cls.name in small_rl
         if "train/loss" not in task_cls.metrics and not rl:
             continue
+        params, loss = small_rl.get(task_cls.name, ({}, "train/loss"))
         for name in registry.available("step_size"):
             cls = registry.get("step_size", name)
             method = cls()
@@ -127,8 +131,7 @@ def test_every_method_runs_on_every_task_it_fits():
             methods = {slot: registry.get(slot, default)()
                        for slot, default in task_cls.default_methods.items()}
             methods["step_size"] = method
-            out = task_cls().run(task_cls.Params(**(small_rl if rl else {})), methods, seed=0,
+            out = task_cls().run(task_cls.Params(**params), methods, seed=0,
                                  device=torch.device("cpu"), budget=Budget(steps=5),
                                  log=lambda step, metrics: None)
-            value = out["train/value_loss"] if rl else out["train/loss"]
-            assert out["steps"] == 5 and math.isfinite(value), (task_cls.name, name)
+            assert out["steps"] == 5 and math.isfinite(out[loss]), (task_cls.name, name)

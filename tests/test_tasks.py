@@ -96,7 +96,7 @@ def test_a_logreg_spec_never_imports_the_rlvr_testbed(tmp_path):
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("task: {name: logreg}\nmethods: {step_size: [constant]}\n")
-    code = ("import sys; from workbench import spec; spec.load(sys.argv[1]); "
+    code = ("import sys; from workbench.spec import sweep as spec; spec.load(sys.argv[1]); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers' "
             "or m.startswith('workbench.testbeds.rlvr.task')))")
     out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True,

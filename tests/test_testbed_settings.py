@@ -9,6 +9,7 @@ from workbench.testbeds import get_task
 from workbench.testbeds.control.loop import LoopSettings
 from workbench.testbeds.control.ppo import PPOSettings
 from workbench.testbeds.rlvr.loop import RLSettings
+from workbench.testbeds.value.loop import DQNSettings
 
 
 def test_control_settings_nest_the_ppo_knobs_given_as_flat_keys():
@@ -20,7 +21,8 @@ def test_control_settings_nest_the_ppo_knobs_given_as_flat_keys():
 
 
 @pytest.mark.parametrize("task, settings", [("control", LoopSettings),
-                                            ("rlvr-countdown", RLSettings)])
+                                            ("rlvr-countdown", RLSettings),
+                                            ("dqn-cartpole", DQNSettings)])
 def test_every_knob_of_the_loop_is_a_flat_key_of_the_task(task, settings):
     keys = set(get_task(task).Params.model_fields)
     leaves = set(settings.model_fields) - {"ppo"} | (

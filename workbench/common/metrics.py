@@ -48,7 +48,8 @@ VOCABULARY: dict[str, Metric] = {
                               "steps)", "evaluations", **NONNEGATIVE),
     "cost/env_steps": Metric("environment steps so far, summed over the batched "
                              "environments", "steps", **NONNEGATIVE),
-    "cost/updates": Metric("policy updates so far", "updates", **NONNEGATIVE),
+    "cost/updates": Metric("policy (or Q-network) updates so far", "updates",
+                          **NONNEGATIVE),
     "cost/tokens": Metric("tokens processed by training so far (prompt and response)",
                           "tokens", **NONNEGATIVE),
     "cost/completions": Metric("completions kept for training this step", "completions",
@@ -124,6 +125,15 @@ VOCABULARY: dict[str, Metric] = {
     "eval/success": Metric("fraction of the held-out instances the greedy policy solves "
                            "within max_steps (agent tasks)", "fraction", **FRACTION),
     "train/return_recent": Metric("mean return of the last 100 episodes", "return"),
+    "train/td_loss": Metric("the Q-network's temporal-difference loss on the update's replay "
+                            "batch: mean over its transitions of the squared (or Huber) error "
+                            "between Q(s, a) and the target r + gamma (1 - terminated) "
+                            "Q_target(s', a'), before the step", "loss", **NONNEGATIVE),
+    "train/q_mean": Metric("mean of Q(s, a) over the update's replay batch, the online "
+                           "network's value of the actions taken, before the step", "return"),
+    "train/epsilon": Metric("probability that the epsilon-greedy behaviour policy acts at "
+                            "random, at the update's last environment step", "fraction",
+                            **FRACTION),
     "train/episode_length": Metric("mean length of the episodes that ended in the rollout",
                                    "steps", **NONNEGATIVE),
     "train/episodes": Metric("episodes that ended in the rollout", "episodes", **NONNEGATIVE),

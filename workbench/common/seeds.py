@@ -40,6 +40,7 @@ PURPOSES: dict[str, int] = {
     "baselines": 10,  # greedy baseline rollouts, keyed by step
     "branches": 11,  # the nodes a tree sampler expands and the leaves it keeps, keyed by step
     "demonstrations": 12,  # a noisy expert's random actions (a warm-up's demonstrations)
+    "replay": 13,  # the transitions drawn from a replay buffer for each update
 }
 
 _INT_SEED_MASK = (1 << 63) - 1

@@ -7,8 +7,10 @@ may ``require`` (each module's ``REQUIRABLE``, with meanings) and the contract c
     entropy     EntropyMethod; EntropySlot (coefficient; hook -> LossAdjustment)
     advantage   AdvantageMethod (a pure function), AdvantageBatch (its inputs);
                 compute_advantages (its caller side: one call)
-    rl_slots    open_rl_slots: an RL loop's four slots opened in one call, in one order
-    rl_update   policy_step: one policy-gradient optimizer step on a minibatch's loss
+    rl_slots    open_rl_slots: an RL loop's four slots opened in one call, in one order;
+                open_update_slots: the step-size and batch-size slots alone (DQN)
+    rl_update   policy_step: one policy-gradient optimizer step on a minibatch's loss;
+                minibatch_step: the same without the rl_stats (DQN's TD loss)
     checks      check(cls), check_all(family): the contracts run on methods
 
 A method's ``requires`` names what the task must provide (``Task.provides``, names from
@@ -33,10 +35,18 @@ from workbench.families.entropy import (
     LossAdjustment,
     adjust_per_seed,
 )
-from workbench.families.rl_slots import RLSeedSlots, RLSlots, open_rl_seed_slots, open_rl_slots
+from workbench.families.rl_slots import (
+    RLSeedSlots,
+    RLSlots,
+    UpdateSlots,
+    open_rl_seed_slots,
+    open_rl_slots,
+    open_update_slots,
+)
 from workbench.families.rl_update import (
     clip_gradients,
     clip_per_seed,
+    minibatch_step,
     policy_step,
     policy_step_seeds,
 )
@@ -59,9 +69,9 @@ __all__ = [
     "REQUIRABLE", "TREE_SAMPLERS", "UNLIMITED_SAMPLES", "AdvantageBatch", "AdvantageMethod",
     "BatchSizeMethod",
     "BatchSlot", "ContractViolation", "EntropyMethod", "EntropySlot", "LossAdjustment",
-    "RLSeedSlots", "RLSlots", "StepSizeMethod", "ValueRequest", "compute_advantages",
-    "monte_carlo_values",
-    "open_rl_seed_slots", "open_rl_slots",
+    "RLSeedSlots", "RLSlots", "StepSizeMethod", "UpdateSlots", "ValueRequest",
+    "compute_advantages", "monte_carlo_values",
+    "open_rl_seed_slots", "open_rl_slots", "open_update_slots", "minibatch_step",
     "adjust_per_seed", "advantage", "batch_size", "check", "check_all", "clip_gradients",
     "clip_per_seed", "configurations", "entropy", "policy_step", "policy_step_seeds",
     "mean_over_steps", "minibatch_epochs", "observe_rl_stats", "seed_axis_info", "step_size",

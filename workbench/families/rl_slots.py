@@ -4,7 +4,8 @@ Both RL loops (control, RLVR) start the same way: build the step-size slot's opt
 ``updates x per_update`` optimizer steps, start the entropy slot, start the batch-size slot on
 the configured batch (its first answer may change the batch's shape), and ask the advantage
 method which inputs it reads. ``open_rl_slots`` does that in this order, so a loop cannot get
-it subtly different.
+it subtly different. A value-based loop (DQN), which has no entropy or advantage slot, opens
+the other two with ``open_update_slots``, the same code.
 
 On a seed axis (``open_rl_seed_slots``) the S seeds of a trial share one optimizer built on the
 seed axis (the step-size family's contract) and one batch-size schedule (a vectorised batch
@@ -44,14 +45,43 @@ def open_rl_slots(methods: Mapping[str, Any], parameters: Iterable[torch.nn.Para
     """Open the slots for ``updates`` policy updates of ``per_update`` optimizer steps each, on
     a configured batch of ``batch`` samples; ``samples`` is the budget's sample cap and
     ``info`` what else the task tells the step-size method (e.g. ``return_upper_bound``)."""
-    optimizer = methods["step_size"].build(list(parameters), {
-        "total_steps": updates * per_update, "batches_per_epoch": per_update, **(info or {})})
+    optimizer = _optimizer(methods, parameters, updates, per_update, info)
     entropy = EntropySlot(methods["entropy"], total_steps=updates)
-    batch_slot = BatchSlot(methods.get("batch_size"), samples)
-    first_batch = batch_slot.start(batch)
+    batch_slot, first_batch = _batch_slot(methods, batch, samples)
     advantage = methods["advantage"]
     return RLSlots(optimizer, entropy, batch_slot, advantage,
                    frozenset(advantage.requirements(advantage.params)), first_batch)
+
+
+@dataclass
+class UpdateSlots:
+    optimizer: torch.optim.Optimizer
+    batch: BatchSlot
+    first_batch: int | None  # the batch slot's first size, or None: keep the configured one
+
+
+def open_update_slots(methods: Mapping[str, Any], parameters: Iterable[torch.nn.Parameter], *,
+                      updates: int, per_update: int, batch: int, samples: int,
+                      info: Mapping[str, Any] | None = None) -> UpdateSlots:
+    """``open_rl_slots`` for a loop with only the step-size and batch-size slots (a
+    value-based learner: no policy entropy to regularise, no advantage to estimate): the
+    optimizer and the batch slot, opened exactly as ``open_rl_slots`` opens them."""
+    optimizer = _optimizer(methods, parameters, updates, per_update, info)
+    batch_slot, first_batch = _batch_slot(methods, batch, samples)
+    return UpdateSlots(optimizer, batch_slot, first_batch)
+
+
+def _optimizer(methods: Mapping[str, Any], parameters: Iterable[torch.nn.Parameter],
+               updates: int, per_update: int,
+               info: Mapping[str, Any] | None) -> torch.optim.Optimizer:
+    return methods["step_size"].build(list(parameters), {
+        "total_steps": updates * per_update, "batches_per_epoch": per_update, **(info or {})})
+
+
+def _batch_slot(methods: Mapping[str, Any], batch: int,
+                samples: int) -> tuple[BatchSlot, int | None]:
+    batch_slot = BatchSlot(methods.get("batch_size"), samples)
+    return batch_slot, batch_slot.start(batch)
 
 
 @dataclass

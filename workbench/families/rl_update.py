@@ -15,6 +15,9 @@ A loop supplies only its minibatch loss; ``policy_step`` does the rest, in this 
 5. ``observe_rl_stats`` with the step's ``train/approx_kl``, the loop's ``episodic_return``
    and ``update`` (the step-size family's ``rl_stats``).
 
+``minibatch_step`` is steps 1-4 alone, for a loop that gives no ``rl_stats`` (DQN's TD loss
+has no policy ratio to measure a KL on).
+
 ``policy_step_seeds`` is the same on a seed axis (parameters stacked on a leading axis of S
 seeds): ``loss(active)`` gives the S losses (S,) and one metrics dict per seed; their sum is
 backpropagated (a seed's loss reaches only its own parameters); g and the clipping are each
@@ -60,13 +63,14 @@ def clip_per_seed(params: Iterable[torch.Tensor], max_norm: float | None) -> tor
     return total
 
 
-def policy_step(optimizer: torch.optim.Optimizer, loss: Loss, *, params: Sequence[torch.Tensor],
-                max_grad_norm: float | None, update: int, episodic_return: float,
-                after_step: Callable[[dict[str, float]], None] | None = None
-                ) -> dict[str, float]:
-    """One optimizer step on the minibatch whose loss is ``loss`` (the module docstring);
-    returns its metrics: the loss's, ``train/grad_norm``, ``after_step``'s and
-    ``method/step_size``."""
+def minibatch_step(optimizer: torch.optim.Optimizer, loss: Loss, *,
+                   params: Sequence[torch.Tensor], max_grad_norm: float | None,
+                   after_step: Callable[[dict[str, float]], None] | None = None
+                   ) -> dict[str, float]:
+    """Steps 1-4 of the module docstring: one optimizer step on the minibatch whose loss is
+    ``loss``; returns its metrics (the loss's, ``train/grad_norm``, ``after_step``'s and
+    ``method/step_size``). ``policy_step`` adds step 5; a loop whose task provides no
+    ``rl_stats`` (a value-based learner: no policy ratio, so no KL) calls this alone."""
     stats: dict[str, float] = {}
 
     def closure(backward: bool = True) -> torch.Tensor:
@@ -85,6 +89,18 @@ def policy_step(optimizer: torch.optim.Optimizer, loss: Loss, *, params: Sequenc
     if after_step is not None:
         after_step(stats)
     stats["method/step_size"] = step_size_taken(optimizer)
+    return stats
+
+
+def policy_step(optimizer: torch.optim.Optimizer, loss: Loss, *, params: Sequence[torch.Tensor],
+                max_grad_norm: float | None, update: int, episodic_return: float,
+                after_step: Callable[[dict[str, float]], None] | None = None
+                ) -> dict[str, float]:
+    """One optimizer step on the minibatch whose loss is ``loss`` (the module docstring);
+    returns its metrics: the loss's, ``train/grad_norm``, ``after_step``'s and
+    ``method/step_size``."""
+    stats = minibatch_step(optimizer, loss, params=params, max_grad_norm=max_grad_norm,
+                           after_step=after_step)
     observe_rl_stats(optimizer, approx_kl=stats["train/approx_kl"],
                      episodic_return=episodic_return, update=update)
     return stats

@@ -1,7 +1,8 @@
 """The testbeds, one folder each (``optimisation``, ``control``, ``rlvr``, ``agent``), and the
 task registry: tasks by name. The pieces both RL testbeds share sit in ``shared``, the task contract
 in ``base``; no testbed imports another's folder, except ``agent_lm``, which composes two
-(the agent environments played by the RLVR testbed's language model) and sits above them.
+(the agent environments played by the RLVR testbed's language model), and ``value`` (DQN),
+which runs the control testbed's environments; both sit above the testbeds they use.
 
 A task's module is imported the first time its name is looked up, so a logreg sweep (or a spec
 that fails validation) never pays for the RLVR testbed's `transformers` import.
@@ -26,6 +27,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "acrobot": ("workbench.testbeds.control.task", "Acrobot"),
     "mountain-car": ("workbench.testbeds.control.task", "MountainCar"),
     "pendulum": ("workbench.testbeds.control.task", "Pendulum"),
+    "dqn-cartpole": ("workbench.testbeds.value.task", "DQNCartPole"),
     "rlvr-arith": ("workbench.testbeds.rlvr.task", "RLVRArith"),
     "rlvr-countdown": ("workbench.testbeds.rlvr.task", "RLVRCountdown"),
     "keydoor": ("workbench.testbeds.agent.task", "KeyDoorTask"),

@@ -25,11 +25,11 @@ from pydantic import Field
 
 from workbench.common import seeds
 from workbench.families import BatchSlot, compute_advantages, open_rl_slots
-from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
 from workbench.testbeds.control.reinforce import reinforce_update
 from workbench.testbeds.control.rollout import Rollout, collect, explained_variance
+from workbench.testbeds.envs import BatchedEnv
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.batch_shape import reshape_batch
 

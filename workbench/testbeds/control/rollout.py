@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from workbench.families import AdvantageBatch
-from workbench.testbeds.control.envs import BatchedEnv
 from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
+from workbench.testbeds.envs import BatchedEnv
 from workbench.testbeds.shared.advantage_batch import CONTROL_INPUTS, control_batch
 
 #: the advantage-method inputs ``Rollout.advantage_batch`` fills (the task's ``provides``)

@@ -43,7 +43,6 @@ from workbench.families import (
     open_rl_seed_slots,
     policy_step_seeds,
 )
-from workbench.testbeds.control.envs import TorchEnv
 from workbench.testbeds.control.loop import (
     RECENT_EPISODES,
     LoopSettings,
@@ -56,6 +55,7 @@ from workbench.testbeds.control.policy import SeedAxisActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, autocast, minibatch_loss, standardise
 from workbench.testbeds.control.reinforce import reinforce_loss
 from workbench.testbeds.control.rollout import Rollout, collect_seeds
+from workbench.testbeds.envs import TorchEnv
 from workbench.testbeds.shared.losses import approx_kl
 
 if TYPE_CHECKING:

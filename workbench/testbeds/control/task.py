@@ -17,12 +17,12 @@ from pydantic import Field, model_validator
 
 from workbench.common import seeds as seed_streams
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
-from workbench.testbeds.control.envs import TORCH_ENVS, make
 from workbench.testbeds.control.loop import LoopSettings, RolloutSettings, train
 from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
 from workbench.testbeds.control.ppo import PPOSettings
 from workbench.testbeds.control.rollout import ADVANTAGE_INPUTS
 from workbench.testbeds.control.seed_axis import train_seeds
+from workbench.testbeds.envs import TORCH_ENVS, make
 
 
 class ControlParams(TaskParams, RolloutSettings, PPOSettings):

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from workbench.testbeds.control.envs.base import TorchEnv
+from workbench.testbeds.envs.base import TorchEnv
 
 GRAVITY = 9.8
 MASS_CART = 1.0

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from workbench.testbeds.control.envs.base import TorchEnv
+from workbench.testbeds.envs.base import TorchEnv
 
 M1 = M2 = 1.0  # link masses [kg]
 L1 = 1.0  # length of link 1 [m]

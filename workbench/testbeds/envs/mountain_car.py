@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.testbeds.control.envs.base import TorchEnv
+from workbench.testbeds.envs.base import TorchEnv
 
 MIN_POSITION = -1.2
 MAX_POSITION = 0.6

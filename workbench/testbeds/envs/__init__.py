@@ -15,12 +15,12 @@ from typing import Literal
 
 import torch
 
-from workbench.testbeds.control.envs.acrobot import Acrobot
-from workbench.testbeds.control.envs.base import BatchedEnv, Step, TorchEnv
-from workbench.testbeds.control.envs.cartpole import CartPole
-from workbench.testbeds.control.envs.gym_vector import GymVectorEnv
-from workbench.testbeds.control.envs.mountain_car import MountainCar
-from workbench.testbeds.control.envs.pendulum import Pendulum
+from workbench.testbeds.envs.acrobot import Acrobot
+from workbench.testbeds.envs.base import BatchedEnv, Step, TorchEnv
+from workbench.testbeds.envs.cartpole import CartPole
+from workbench.testbeds.envs.gym_vector import GymVectorEnv
+from workbench.testbeds.envs.mountain_car import MountainCar
+from workbench.testbeds.envs.pendulum import Pendulum
 
 TORCH_ENVS: dict[str, type[TorchEnv]] = {
     cls.env_id: cls for cls in (CartPole, Acrobot, MountainCar, Pendulum)}

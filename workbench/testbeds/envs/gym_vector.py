@@ -17,7 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from workbench.common import seeds
-from workbench.testbeds.control.envs.base import BatchedEnv, Step
+from workbench.testbeds.envs.base import BatchedEnv, Step
 
 
 class GymVectorEnv(BatchedEnv):

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from workbench.testbeds.control.envs.base import TorchEnv
+from workbench.testbeds.envs.base import TorchEnv
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
