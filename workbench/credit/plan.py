@@ -95,6 +95,19 @@ class CreditSpec(Strict):
                       description="rollouts, sampled steps, continuations and bootstrap")
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     resamples: int = Field(1000, ge=100, le=100_000, description="bootstrap resamples")
+    gradient_batches: int = Field(
+        0, ge=0, le=10_000,
+        description="B: independent batches of G rollouts of each instance on which each "
+                    "estimator's policy gradient is set against the exact one (the "
+                    "policy-gradient bias, ``credit.gradient``; gradient.csv, .md, .png); 0: "
+                    "not measured")
+
+    @field_validator("gradient_batches")
+    @classmethod
+    def _gradient_batches(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("the gradient's bias needs 0 (not measured) or 2 or more batches")
+        return value
 
     @field_validator("group_sizes")
     @classmethod
