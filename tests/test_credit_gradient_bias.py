@@ -176,3 +176,8 @@ def test_a_credit_spec_with_gradient_batches_writes_the_gradient_table(tmp_path)
 def test_one_gradient_batch_is_refused():
     with pytest.raises(SpecError, match="gradient_batches"):
         credit_plan.check(SPEC | {"gradient_batches": 1}, "spec.yaml")
+
+
+def test_an_estimator_reading_the_reference_policy_is_refused():
+    with pytest.raises(SpecError, match="ref_log_probs"):
+        credit_plan.check(SPEC | {"estimators": ["grpo", "implicit_prm"]}, "spec.yaml")

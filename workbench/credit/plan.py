@@ -11,7 +11,8 @@ with (``sampler_of``): Tree-GRPO's trees for one that reads ``tree_ids`` (``loop
 ``tree_rounds``, with G / tree_count leaves kept per tree, so every G must give such trees),
 independent rollouts for the others. Refused: an estimator that reads a value head's values
 when the checkpoint has none, and one that reads both ``tree_ids`` and the rubric judge's
-annotations (the judge cannot follow an episode across a restored state, as in the loop).
+annotations (the judge cannot follow an episode across a restored state, as in the loop), and
+one that reads ``ref_log_probs`` (the study keeps no reference policy).
 """
 
 from __future__ import annotations
@@ -222,6 +223,12 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
                     "from restored states, and the rubric judge cannot follow an episode "
                     "across a restored state (the training loop refuses it too); allowed: an "
                     "estimator that does not read both"))
+            if "ref_log_probs" in reads:
+                problems.append(SpecError(
+                    source, f"estimators[{i}]",
+                    f"{estimator.label} reads ref_log_probs (the policy as training began), "
+                    "which a credit study does not keep; allowed: an estimator that does not "
+                    "read it"))
             needs = VALUE_INPUTS & reads
             if needs and not critic:
                 problems.append(SpecError(
