@@ -32,7 +32,10 @@ the undiscounted return J_i = E[sum_t r_t] of instance i within ``max_steps`` mo
     that divides by a group's standard deviation or shrinks its baseline is off 1 by that).
 
   Intervals: the B batches resampled with replacement (``stats.resample_indices``) and each
-  statistic recomputed, the (1 − c)/2 and (1 + c)/2 quantiles (percentile bootstrap).
+  statistic recomputed, the (1 − c)/2 and (1 + c)/2 quantiles (percentile bootstrap). A
+  resample's mean is noisier than ḡ, so the resampled cosines run lower than the point, whose
+  interval can end just below it (and grad_rel_bias's can start just above it): read the
+  interval's width, not its exact position.
 
 An unbiased estimator (the exact advantage A_t(s_t, a_t): ``exact_step_advantages``, or the
 undiscounted reward-to-go without a bootstrap, a baseline that does not depend on the action)
