@@ -74,3 +74,39 @@ def test_continuations_from_a_restored_state_are_the_policy_s_returns():
     assert 0.5 < returns[0] <= 1.0
     assert abs(float(returns[1]) - float(probs)) < 0.08
     assert steps > 400 * 2  # every continuation moved at least once
+
+
+SMALL = {"train_instances": 8, "eval_instances": 4, "instances_per_update": 4,
+         "group_size": 4, "max_steps": 12}
+
+
+def test_pav_and_implicit_prm_run_in_the_loop():
+    pav = _run("pav", 3, **SMALL)
+    played = [m["train/episode_length"] * 4 * 4 for m in pav]
+    assert pav[0]["cost/env_steps"] > played[0] * 1.5  # each step's state continued 4 times
+    implicit = _run("implicit_prm", 3, **SMALL)
+    for logged in (pav, implicit):
+        assert all(torch.isfinite(torch.tensor(m["train/policy_loss"])) for m in logged)
+        assert logged[-1]["adv/zero_fraction"] < 1.0
+
+
+def test_the_reference_policy_is_a_frozen_copy_of_the_policy_as_training_began():
+    from workbench.testbeds.agent.episodes import play
+    from workbench.testbeds.agent.keydoor import KeyDoor, generate
+    from workbench.testbeds.agent.loop import ref_log_probs_of, reference_policy
+    from workbench.testbeds.agent.policy import Policy
+
+    layouts = [generate(0, 0, i, 6, 0.0) for i in range(4)]
+    env = KeyDoor(layouts, 12)
+    torch.manual_seed(0)
+    policy = Policy(env.obs_dim, env.n_actions, 16, 1)
+    reference = reference_policy(policy)
+    episodes = play(env, policy, torch.Generator().manual_seed(0))
+    same = ref_log_probs_of(reference, episodes)
+    assert torch.allclose(same, episodes.log_probs * episodes.mask, atol=1e-6)
+    assert torch.all(same[episodes.mask == 0] == 0)
+    with torch.no_grad():  # the policy moves on; the reference does not
+        for p in policy.parameters():
+            p.add_(0.5)
+    assert torch.equal(ref_log_probs_of(reference, episodes), same)
+    assert not any(p.requires_grad for p in reference.parameters())

@@ -151,3 +151,96 @@ def test_hgpo_on_the_current_state_alone_is_gigpos_step_advantage():
     both, episode = (_gigpo(mode="mean_norm", gamma=0.9, step_weight=w).compute(
         rewards=REWARDS, mask=MASK, group_ids=GROUPS, anchor_ids=ANCHORS)[0] for w in (1.0, 0.0))
     assert torch.allclose(hgpo * (1 + 1e-6), both - episode, atol=1e-12)
+
+
+# PAV-style progress and PRIME-style implicit process rewards: hand-worked values ----------
+
+PAV_REWARDS = torch.tensor([[0, 0, 1.0], [0, 0, 4.0], [1, 0, 0.0]], dtype=torch.float64)
+PAV_MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]], dtype=torch.float64)
+PAV_GROUPS = torch.tensor([0, 0, 1])
+# column t: V̂ of the state step t starts from; 7, 9, 3: after the last step or padding
+PAV_VALUES = torch.tensor([[0.5, 0.25, 0.75, 9], [0.5, 0.1, 7, 9], [0.4, 3, 3, 3]],
+                          dtype=torch.float64)
+
+
+def _pav(**params):
+    return registry.get("advantage", "pav")(**params)
+
+
+def test_pav_adds_each_step_s_progress_to_the_outcome_advantage():
+    # progress r_t + V(s_{t+1}) - V(s_t), V after the last step 0:
+    #   row 0: -0.25, 0.5, 0.25 (summing to score - V(s_0) = 0.5); row 1: -0.4, -0.1; row 2: 0.6
+    # RLOO outcome: row 0: 1 - 0 = 1, row 1: 0 - 1 = -1, row 2 (alone in its group): 1
+    method = _pav(alpha=2.0)
+    advantages, returns = method.compute(rewards=PAV_REWARDS, mask=PAV_MASK,
+                                         group_ids=PAV_GROUPS, mc_values=PAV_VALUES)
+    expected = torch.tensor([[0.5, 2.0, 1.5], [-1.8, -1.2, 0.0], [2.2, 0.0, 0.0]],
+                            dtype=torch.float64)
+    assert torch.allclose(advantages, expected, atol=1e-12)
+    assert torch.equal(returns, torch.tensor([[1.0, 1, 1], [0, 0, 0], [1, 0, 0]],
+                                             dtype=torch.float64))  # the reward to go
+    alone = _pav(outcome="none").compute(rewards=PAV_REWARDS, mask=PAV_MASK,
+                                          group_ids=PAV_GROUPS, mc_values=PAV_VALUES)[0]
+    assert torch.allclose(alone, torch.tensor([[-0.25, 0.5, 0.25], [-0.4, -0.1, 0], [0.6, 0, 0]],
+                                              dtype=torch.float64), atol=1e-12)
+    critic = _pav(values="critic", outcome="none")
+    assert critic.requirements(critic.params) == {"rewards", "mask", "values"}
+    assert torch.equal(critic.compute(rewards=PAV_REWARDS, mask=PAV_MASK, values=PAV_VALUES)[0],
+                       alone)
+
+
+def test_pav_requests_the_value_of_every_played_step_s_state():
+    request = _pav(continuations=3).value_request(mask=PAV_MASK,
+                                                  old_log_probs=torch.zeros(3, 3))
+    assert request.continuations == 3
+    assert request.points.tolist() == [[True, True, True, False], [True, True, False, False],
+                                       [True, False, False, False]]
+    assert _pav(values="critic").value_request(mask=PAV_MASK, old_log_probs=None) is None
+
+
+IMPLICIT_REWARDS = torch.tensor([[0, 1.0], [0, 5.0]], dtype=torch.float64)  # 5: padding
+IMPLICIT_MASK = torch.tensor([[1, 1], [1, 0]], dtype=torch.float64)
+IMPLICIT_GROUPS = torch.tensor([3, 3])
+REF = torch.tensor([[-1.0, -1.0], [-1.0, -8.0]], dtype=torch.float64)
+OLD = REF + torch.tensor([[0.2, -0.4], [0.6, 2.0]], dtype=torch.float64)  # log-ratios
+
+
+def _implicit(**params):
+    return registry.get("advantage", "implicit_prm")(**params).compute(
+        rewards=IMPLICIT_REWARDS, mask=IMPLICIT_MASK, group_ids=IMPLICIT_GROUPS,
+        old_log_probs=OLD, ref_log_probs=REF)
+
+
+def test_implicit_prm_is_rloo_on_the_process_and_the_outcome_rewards_summed_to_go():
+    # process (beta 1): row 0 [0.2, -0.4] (mean -0.1), row 1 [0.6] (mean 0.6); n = 2:
+    #   p~ = 2 p - (-0.1 + 0.6) -> row 0 [-0.1, -1.3], row 1 [0.7]
+    # outcome: scores 1, 0 -> 1 at row 0's last step, -1 at row 1's
+    # rewards [-0.1, -0.3], [-0.3]; to go: [-0.4, -0.3], [-0.3]
+    plain = {"norm": "none", "beta": 1.0, "process_coef": 1.0, "outcome_coef": 1.0}
+    advantages, returns = _implicit(whiten=False, **plain)
+    expected = torch.tensor([[-0.4, -0.3], [-0.3, 0.0]], dtype=torch.float64)
+    assert torch.allclose(returns, expected, atol=1e-12)
+    assert torch.allclose(advantages, expected, atol=1e-12)
+    whitened, _ = _implicit(whiten=True, **plain)
+    values = torch.tensor([-0.4, -0.3, -0.3], dtype=torch.float64)
+    centred = values - values.mean()
+    scaled = centred / torch.sqrt(centred.pow(2).sum() / 2 + 1e-8)
+    assert torch.allclose(whitened[IMPLICIT_MASK != 0], scaled, atol=1e-9)
+    assert whitened[1, 1] == 0.0
+    # batch_norm divides by the largest |log-ratio to go| (0.6 here): beta cancels out
+    normed = _implicit(whiten=False, norm="batch_norm", beta=1.0, process_coef=1.0,
+                       outcome_coef=1.0)[1]
+    assert torch.equal(normed, _implicit(whiten=False, norm="batch_norm", beta=7.0,
+                                         process_coef=1.0, outcome_coef=1.0)[1])
+    assert torch.allclose(normed, _implicit(whiten=False, norm="none", beta=1 / (0.6 + 1e-6),
+                                            process_coef=1.0, outcome_coef=1.0)[1],
+                          atol=1e-12)
+
+
+def test_implicit_prm_with_the_reference_policy_itself_is_rloo_on_the_outcome():
+    method = registry.get("advantage", "implicit_prm")(whiten=False, outcome_coef=1.0)
+    _, returns = method.compute(rewards=IMPLICIT_REWARDS, mask=IMPLICIT_MASK,
+                                group_ids=IMPLICIT_GROUPS, old_log_probs=REF,
+                                ref_log_probs=REF)
+    assert torch.allclose(returns, torch.tensor([[1.0, 1.0], [-1.0, 0.0]],
+                                                dtype=torch.float64), atol=1e-12)

@@ -11,5 +11,6 @@ that reads ``mc_values`` (SPO-chain) gets them as
 the training loop gives them (``episodes.mc_values_of``). Modules: ``plan`` (the spec and its
 check, each estimator's sampler), ``checkpoint`` (the trained policy), ``sampling`` (one G,
 one sampler), ``measures`` (the statistics), ``outputs`` (figure, table, provenance),
-``entry`` (``run``).
+``entry`` (``run``); ``gradient`` (with ``gradient_batches``: the bias of each estimator's
+policy gradient against the exact one, by dynamic programming).
 """

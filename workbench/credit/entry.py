@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from workbench.common import fingerprint, seeds
-from workbench.credit import measures, outputs
+from workbench.credit import gradient, measures, outputs
 from workbench.credit.checkpoint import held_out, train_checkpoint
 from workbench.credit.plan import SAMPLERS, CreditPlan
 from workbench.credit.sampling import MC_VALUES, STREAMS, GroupSample, sample_groups
@@ -63,7 +63,7 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
         + (f" (training success {checkpoint.metrics['train/success']:.2f}, held-out greedy "
            f"success {checkpoint.metrics['eval/success']:.2f})" if checkpoint.metrics else ""))
     instances = held_out(plan)
-    s, rows, per_group = plan.spec, [], {}
+    s, rows, per_group, gradient_rows, truth = plan.spec, [], {}, [], None
     sampled = s.instances * s.steps_per_instance
     for g in s.group_sizes:
         begun = time.perf_counter()
@@ -80,6 +80,14 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
         say(f"G = {g}: {played}, {sampled} sampled and "
             f"{2 * max(s.continuations) * sampled} continuations each "
             f"({time.perf_counter() - begun:.1f} s)")
+        if s.gradient_batches:
+            begun = time.perf_counter()
+            found, truth = gradient.study_rows(plan, checkpoint.policy, instances, g, device,
+                                               truth)
+            gradient_rows += found
+            per_group[g]["gradient_seconds"] = round(time.perf_counter() - begun, 3)
+            say(f"G = {g}: policy-gradient bias over {s.gradient_batches} batches "
+                f"({time.perf_counter() - begun:.1f} s)")
     record = _provenance(plan, checkpoint.metrics, device, per_group,
                          {"checkpoint": round(trained, 3),
                           "total": round(time.perf_counter() - started, 3)})
@@ -88,11 +96,19 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
         building.mkdir(parents=True)
         files = outputs.write_figure(building, outputs.figure(plan, rows, shown))
         files += outputs.write_table(building, rows)
-        files += outputs.write_provenance(building, record, {
+        artifacts = {
             outputs.FIGURE: "each measure against G, a line per estimator, a row of panels "
                             "per N",
             outputs.TABLE: "every (estimator, G, N): the measures with their bootstrap "
-                           "intervals"})
+                           "intervals"}
+        if gradient_rows:
+            files += outputs.write_gradient(building, gradient_rows, outputs.gradient_figure(
+                plan, gradient_rows, shown))
+            artifacts[outputs.GRADIENT] = (
+                "every (estimator, G): the bias of its policy gradient against the exact one "
+                "(cosine, relative bias norm, scale along it) with bootstrap intervals over "
+                "batches")
+        files += outputs.write_provenance(building, record, artifacts)
         report_folder.move_into_place(building, target)
     finally:
         shutil.rmtree(building, ignore_errors=True)
@@ -182,10 +198,21 @@ def _provenance(plan: CreditPlan, metrics: dict, device: torch.device, per_group
                        "confidence": s.confidence, "resamples": s.resamples,
                        "measures": measures.METRICS, "zero": measures.ZERO},
         "groups": per_group, "seconds": seconds,
-    }
+    } | ({"gradient": {
+        "batches": s.gradient_batches,
+        "streams": {"batch b of G": _stream((gradient.BATCHES, "b")),
+                    "mc_values continuations of estimator e in batch b":
+                        _stream((MC_VALUES, "e", gradient.BATCHES, "b")),
+                    "bootstrap of G": _stream((gradient.BOOTSTRAP,))},
+        "measures": gradient.METRICS,
+        "interval": "percentile bootstrap over batches",
+        "truth": "exact gradient by dynamic programming over each instance's enumerated "
+                 "states (credit.gradient.exact_gradient)",
+        "left_out": [e.label for e in plan.estimators if e.sampler != "independent"],
+    }} if s.gradient_batches else {})
 
 
-def _stream(keys: tuple[int, ...]) -> str:
+def _stream(keys: tuple[int | str, ...]) -> str:
     return f"stream(seed, 'rollouts', G, {', '.join(map(str, keys))})"
 
 

@@ -4,7 +4,9 @@ steps it was measured on and ``env_steps``, the environment steps that estimator
 its own continuations cost, the ground truth's continuations not counted), a ``.json`` beside
 each naming what it shows, and
 ``provenance.json`` (the spec and its hash, the code's commit and content hash, library
-versions, the streams, the checkpoint, the statistics settings, the time)."""
+versions, the streams, the checkpoint, the statistics settings, the time); with
+``gradient_batches``, the policy-gradient bias too (``gradient.png``, ``.pdf``,
+``gradient.csv``, ``.md``: a row per (estimator, G); ``credit.gradient``)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from workbench.credit.gradient import COLUMNS as GRADIENT_COLUMNS
+from workbench.credit.gradient import EXACT as EXACT_LABEL
+from workbench.credit.gradient import METRICS as GRADIENT_METRICS
 from workbench.credit.measures import METRICS, ZERO
 from workbench.credit.plan import INDEPENDENT, SEGMENTS, TREE, CreditPlan
 from workbench.report.figures import Style
@@ -179,3 +184,75 @@ def _number(value: float) -> str:
 
 def _plain(value):
     return "" if isinstance(value, float) and math.isnan(value) else value
+
+
+GRADIENT = "gradient"
+
+
+def gradient_figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figure:
+    """The policy-gradient bias (``gradient.METRICS``) against G, a panel per measure, a line
+    per estimator (and the exact advantage's) with its bootstrap interval as a band."""
+    s = plan.spec
+    labels = list(dict.fromkeys(row["estimator"] for row in rows))
+    style = Style(labels)
+    fig = Figure(figsize=(4.3 * len(GRADIENT_METRICS), 3.7))
+    axes = fig.subplots(1, len(GRADIENT_METRICS), squeeze=False)[0]
+    log = len(s.group_sizes) > 1 and max(s.group_sizes) >= 4 * min(s.group_sizes)
+    for ax, metric in zip(axes, GRADIENT_METRICS, strict=True):
+        for label in labels:
+            mine = sorted((row for row in rows if row["estimator"] == label),
+                          key=lambda row: row["G"])
+            g = np.array([row["G"] for row in mine], dtype=float)
+            style.line(ax, label, g, [row[metric] for row in mine], markevery=1)
+            ax.fill_between(g, [row[f"{metric}_low"] for row in mine],
+                            [row[f"{metric}_high"] for row in mine],
+                            color=style.colour(label), alpha=0.12, linewidth=0)
+        ax.axhline({"grad_rel_bias": 0.0}.get(metric, 1.0), color="0.5", linewidth=0.8,
+                   linestyle="--")
+        if log:
+            ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(s.group_sizes))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([str(g) for g in s.group_sizes])
+        ax.set_title(GRADIENT_METRICS[metric], fontsize=9)
+        ax.set_xlabel("G (rollouts per instance)")
+        ax.grid(alpha=0.3)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 7), fontsize=8,
+               frameon=False)
+    caption = (f"{plan.name}: the policy gradient ĝ = mean over rows of Σ_t Â_t ∇log π(a_t|s_t) "
+               f"each estimator gives on {s.gradient_batches} independent batches of G "
+               f"rollouts of each of {s.instances} held-out {s.task.name} instances, against "
+               f"the exact ∇J (dynamic programming over the enumerated states) for the "
+               f"checkpoint {checkpoint}; {EXACT_LABEL} is the exact advantage on the same "
+               f"batches (unbiased). Relative bias: the debiased ‖E[ĝ] − ∇J‖ / ‖∇J‖ (signed "
+               f"root of a squared-norm estimate, about 0 either side without bias). Bands: "
+               f"{s.confidence:.0%} percentile bootstrap over batches ({s.resamples} "
+               f"resamples). Estimators measured on trees are left out.")
+    fig.suptitle(textwrap.fill(caption, max(60, int(fig.get_figwidth() * 15))), fontsize=8,
+                 ha="left", x=0.01)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def write_gradient(folder: Path, rows: list[dict], fig: Figure) -> list[Path]:
+    """``gradient.csv``, ``gradient.md``, ``gradient.png`` and ``.pdf``."""
+    csv_path, md_path = folder / f"{GRADIENT}.csv", folder / f"{GRADIENT}.md"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, GRADIENT_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _plain(row[k]) for k in GRADIENT_COLUMNS})
+    head = ["estimator", "G", *(GRADIENT_METRICS[m] for m in GRADIENT_METRICS), "‖∇J‖",
+            "batches", "rollout success"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        lines.append("| " + " | ".join([
+            row["estimator"], str(row["G"]), *(_with_interval(row, m) for m in GRADIENT_METRICS),
+            _number(row["true_grad_norm"]), str(row["batches"]),
+            _number(row["rollout_success"])]) + " |")
+    md_path.write_text("\n".join(lines) + "\n")
+    paths = [folder / f"{GRADIENT}.png", folder / f"{GRADIENT}.pdf"]
+    for path in paths:
+        fig.savefig(path, dpi=130)
+    return [csv_path, md_path, *paths]

@@ -11,7 +11,8 @@ with (``sampler_of``): Tree-GRPO's trees for one that reads ``tree_ids`` (``loop
 ``tree_rounds``, with G / tree_count leaves kept per tree, so every G must give such trees),
 independent rollouts for the others. Refused: an estimator that reads a value head's values
 when the checkpoint has none, and one that reads both ``tree_ids`` and the rubric judge's
-annotations (the judge cannot follow an episode across a restored state, as in the loop).
+annotations (the judge cannot follow an episode across a restored state, as in the loop), and
+one that reads ``ref_log_probs`` (the study keeps no reference policy).
 """
 
 from __future__ import annotations
@@ -97,6 +98,19 @@ class CreditSpec(Strict):
                       description="rollouts, sampled steps, continuations and bootstrap")
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     resamples: int = Field(1000, ge=100, le=100_000, description="bootstrap resamples")
+    gradient_batches: int = Field(
+        0, ge=0, le=10_000,
+        description="B: independent batches of G rollouts of each instance on which each "
+                    "estimator's policy gradient is set against the exact one (the "
+                    "policy-gradient bias, ``credit.gradient``; gradient.csv, .md, .png); 0: "
+                    "not measured")
+
+    @field_validator("gradient_batches")
+    @classmethod
+    def _gradient_batches(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("the gradient's bias needs 0 (not measured) or 2 or more batches")
+        return value
 
     @field_validator("group_sizes")
     @classmethod
@@ -211,6 +225,12 @@ def _resolve(checked: CreditSpec, source: str, default_name: str) -> CreditPlan:
                     "from restored states, and the rubric judge cannot follow an episode "
                     "across a restored state (the training loop refuses it too); allowed: an "
                     "estimator that does not read both"))
+            if "ref_log_probs" in reads:
+                problems.append(SpecError(
+                    source, f"estimators[{i}]",
+                    f"{estimator.label} reads ref_log_probs (the policy as training began), "
+                    "which a credit study does not keep; allowed: an estimator that does not "
+                    "read it"))
             needs = VALUE_INPUTS & reads
             if needs and not critic:
                 problems.append(SpecError(

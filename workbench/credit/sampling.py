@@ -187,15 +187,17 @@ def sample_group(plan: CreditPlan, policy: Policy, instances: list[Instance],
 
 def _advantages(plan: CreditPlan, estimator: Estimator, position: int, episodes: Episodes,
                 batch: AdvantageBatch, instances: list[Instance], policy: Policy,
-                g: int, device: torch.device) -> tuple[torch.Tensor, int]:
+                g: int, device: torch.device, keys: tuple[int, ...] = ()
+                ) -> tuple[torch.Tensor, int]:
     """The estimator's advantages of every row (on the CPU, float64) and the environment
-    steps its ``mc_values`` took (0 for one that reads none)."""
+    steps its ``mc_values`` took (0 for one that reads none; their stream ``(4, e, *keys)``
+    after G)."""
     method = estimator.method
     needs = method.requirements(method.params)
     continued = 0
     if "mc_values" in needs:
         generator = seeds.torch_generator(plan.spec.seed, "rollouts", g, MC_VALUES, position,
-                                          device=device)
+                                          *keys, device=device)
         mc_values, continued = mc_values_of(
             method, episodes, batch.group_ids, instances, list(range(len(instances))),
             policy, generator, max_steps=plan.task_params.max_steps, device=device,

@@ -10,7 +10,9 @@ steps) layout: ``rewards`` (1 at the step that reaches the goal), ``mask`` (the 
 (``make_judge``, ``rubric.Judge``), ``rubric`` / ``rubric_weights`` (its per-step
 annotations); for a method that reads ``mc_values``, the states its ``value_request`` names
 are restored and played on by the sampling policy (``mc_values_of``), and those
-environment steps count in ``cost/env_steps`` like the episodes' own.
+environment steps count in ``cost/env_steps`` like the episodes' own; for a method that reads
+``ref_log_probs``, each step's action's log-probability under a frozen copy of the policy as
+training began (``reference_policy``; kept only for such a method).
 With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
 ``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
 Tree-GRPO's sampler); with ``sampling: segments`` the leaves of one tree branching every
@@ -35,6 +37,7 @@ The environment is the task's (``make_env``: ``KeyDoor``, ``ToolCalc``; any
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -91,6 +94,22 @@ class AgentSettings(TreeSampling, Settings):
         "or G (rollouts per instance; independent rollouts only)")
 
 
+def reference_policy(policy: Policy) -> Policy:
+    """A frozen copy of ``policy`` (no gradients, evaluation mode): the reference policy."""
+    reference = copy.deepcopy(policy).eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
+
+
+def ref_log_probs_of(reference: Policy, episodes: Episodes) -> torch.Tensor:
+    """(B, T) ``ref_log_probs``: each played step's action's log-probability under
+    ``reference``, 0 at padding."""
+    with torch.no_grad():
+        found = reference.distribution(episodes.obs).log_prob(episodes.actions.clamp(min=0))
+    return found * episodes.mask
+
+
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
@@ -109,6 +128,10 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     evaluation = make_env(eval_layouts, max_steps, device)
     critic = policy.critic is not None
     trees = settings.tree_sampler(slots.advantage)
+    # the reference policy: a frozen copy of the policy as training begins, only for a method
+    # that reads ref_log_probs (the others cost nothing)
+    reference = (reference_policy(policy) if "ref_log_probs" in slots.advantage_inputs
+                 else None)
     judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
     if trees is not None and judge is not None:
         raise ValueError("sampling: tree cannot carry the rubric judge's memory of an episode "
@@ -148,6 +171,8 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
                 device=device, make_env=make_env)
             batch = replace(batch, mc_values=mc_values)
             env_steps += continued
+        if reference is not None:
+            batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, episodes))
         advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
