@@ -20,9 +20,18 @@
 5. ``--sweeps``: the quickstart sweep through ``workbench sweep`` with ``execution: {seeds:
    auto}`` at 10 seeds against 3 seeds, CPU seconds of the whole command (target: <= 2x).
 
+``--one-seed`` (alone, under 2 minutes): one seed through ``Task.run`` against the same seed as
+``Task.run_seeds([seed])`` (a seed axis of one), same configuration, runs alternated: logreg
+(``--steps`` steps; constant, polyak, armijo, adam), the MLP (sgd_momentum, adam) and PPO on
+CartPole at N = 4 and N = 256 (``--control-updates`` updates, T = 32); the wall time of each
+run (min and median of ``--repeats``), the ratio of the medians (axis / run: <= 1 means one
+seed on the axis costs no more) and whether the logged metrics are the same bits (else the
+largest relative difference).
+
 Usage::
 
     python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--control-updates 8] [--sweeps]
+    python benchmarks/seed_axis.py --one-seed [--repeats 5] [--steps 200] [--control-updates 8]
 """
 
 from __future__ import annotations
@@ -114,6 +123,69 @@ def control(updates: int) -> None:
                  if num_envs == 1024 else ""))
 
 
+def one_seed_case(task_name: str, params: dict, chosen: dict[str, tuple[str, dict]],
+                  steps: int, repeats: int, label: str) -> None:
+    """``run`` against ``run_seeds`` with one seed (``--one-seed``): times and parity."""
+    import statistics
+
+    task = get_task(task_name)()
+    full = task.Params(**params)
+    cpu, seed = torch.device("cpu"), 7
+
+    def fresh():
+        return {slot: registry.get(slot, name)(**hp) for slot, (name, hp) in chosen.items()}
+
+    def alone():
+        rows: list = []
+        task.run(full, fresh(), seed=seed, device=cpu, budget=Budget(steps=steps),
+                 log=lambda step, m: rows.append((step, dict(m))))
+        return rows
+
+    def axis():
+        rows: list = []
+        task.run_seeds(full, fresh(), seeds=[seed], device=cpu, budget=Budget(steps=steps),
+                       log=lambda step, per_seed: rows.append((step, dict(per_seed[0]))))
+        return rows
+
+    a, b = alone(), axis()  # warm-up, and the numbers compared
+    times: dict[str, list[float]] = {"run": [], "axis": []}
+    for _ in range(repeats):
+        for name, fn in (("run", alone), ("axis", axis)):
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    worst, same = 0.0, [s for s, _ in a] == [s for s, _ in b]
+    for (_, x), (_, y) in zip(a, b, strict=False):
+        same = same and x.keys() == y.keys()
+        for key in x.keys() & y.keys() - {"time/wall_seconds", "time/env_steps_per_second"}:
+            u, v = x[key], y[key]
+            if u != v and not (u != u and v != v):
+                worst = max(worst, abs(u - v) / max(abs(u), abs(v), 1e-300))
+    mr, ma = statistics.median(times["run"]), statistics.median(times["axis"])
+    parity = "same bits" if same and worst == 0.0 else (
+        f"max rel diff {worst:.1e}" if same else "DIFFERENT steps or keys")
+    print(f"   {label:28s} run min {min(times['run']):6.3f} med {mr:6.3f} s | axis min "
+          f"{min(times['axis']):6.3f} med {ma:6.3f} s | axis/run {ma / mr:5.2f} | {parity}",
+          flush=True)
+
+
+def one_seed(steps: int, updates: int, repeats: int) -> None:
+    constant = ("constant", {})
+    print(f"one seed: Task.run against Task.run_seeds([seed]), {repeats} repeats, one thread")
+    for name in ("constant", "polyak", "armijo", "adam"):
+        one_seed_case("logreg", PARAMS["logreg"],
+                      {"step_size": (name, {}), "batch_size": constant}, steps, repeats,
+                      f"logreg {name} x{steps}")
+    for name in ("sgd_momentum", "adam"):
+        one_seed_case("mlp", PARAMS["mlp"], {"step_size": (name, {}), "batch_size": constant},
+                      steps // 2, repeats, f"mlp {name} x{steps // 2}")
+    task = get_task("cartpole")
+    chosen = {slot: (name, {}) for slot, name in task.default_methods.items()}
+    for num_envs in (4, 256):
+        one_seed_case("cartpole", {"num_envs": num_envs, "rollout_len": 32}, chosen,
+                      updates, repeats, f"cartpole PPO N={num_envs} x{updates}")
+
+
 def peak_rss_mib(n_seeds: int, steps: int) -> float:
     """Peak RSS of a fresh process that runs one vectorised trial of ``n_seeds`` seeds."""
     code = (f"import resource, torch, sys; sys.path.insert(0, {str(ROOT)!r}); "
@@ -147,7 +219,13 @@ def main() -> None:
     parser.add_argument("--sweeps", action="store_true", help="also time the quickstart sweep")
     parser.add_argument("--control-updates", type=int, default=8,
                         help="PPO updates per control measurement (N = 8: four times more)")
+    parser.add_argument("--one-seed", action="store_true",
+                        help="only: one seed through run against run_seeds([seed])")
+    parser.add_argument("--repeats", type=int, default=5, help="--one-seed: runs of each")
     args = parser.parse_args()
+    if args.one_seed:
+        one_seed(args.steps, args.control_updates, args.repeats)
+        return
     cpu, seeds = torch.device("cpu"), list(range(args.seeds))
 
     print(f"1. logreg trial, {args.seeds} seeds x {args.steps} steps, one thread (target >= 5x)")
