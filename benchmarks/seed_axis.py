@@ -26,12 +26,16 @@
 CartPole at N = 4 and N = 256 (``--control-updates`` updates, T = 32); the wall time of each
 run (min and median of ``--repeats``), the ratio of the medians (axis / run: <= 1 means one
 seed on the axis costs no more) and whether the logged metrics are the same bits (else the
-largest relative difference).
+largest relative difference). ``--against DIR`` instead times ``Task.run`` of this checkout
+against ``Task.run`` of the checkout in DIR (another commit, e.g. from ``git worktree add``),
+the same cases, in two worker processes called in turn (a load on the machine falls on both),
+and compares their logged metrics bit for bit: "today" against a change.
 
 Usage::
 
     python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--control-updates 8] [--sweeps]
     python benchmarks/seed_axis.py --one-seed [--repeats 5] [--steps 200] [--control-updates 8]
+    python benchmarks/seed_axis.py --one-seed --against DIR [--repeats 7]
 """
 
 from __future__ import annotations
@@ -169,21 +173,90 @@ def one_seed_case(task_name: str, params: dict, chosen: dict[str, tuple[str, dic
           flush=True)
 
 
-def one_seed(steps: int, updates: int, repeats: int) -> None:
+def one_seed_cases(steps: int, updates: int) -> list[tuple]:
+    """(label, task, params, {slot: (method, hyperparameters)}, steps) of ``--one-seed``."""
     constant = ("constant", {})
+    cases = [(f"logreg {name} x{steps}", "logreg", PARAMS["logreg"],
+              {"step_size": (name, {}), "batch_size": constant}, steps)
+             for name in ("constant", "polyak", "armijo", "adam")]
+    cases += [(f"mlp {name} x{steps // 2}", "mlp", PARAMS["mlp"],
+               {"step_size": (name, {}), "batch_size": constant}, steps // 2)
+              for name in ("sgd_momentum", "adam")]
+    chosen = {slot: (name, {}) for slot, name in get_task("cartpole").default_methods.items()}
+    cases += [(f"cartpole PPO N={n} x{updates}", "cartpole", {"num_envs": n, "rollout_len": 32},
+               chosen, updates) for n in (4, 256)]
+    return cases
+
+
+def one_seed(steps: int, updates: int, repeats: int) -> None:
     print(f"one seed: Task.run against Task.run_seeds([seed]), {repeats} repeats, one thread")
-    for name in ("constant", "polyak", "armijo", "adam"):
-        one_seed_case("logreg", PARAMS["logreg"],
-                      {"step_size": (name, {}), "batch_size": constant}, steps, repeats,
-                      f"logreg {name} x{steps}")
-    for name in ("sgd_momentum", "adam"):
-        one_seed_case("mlp", PARAMS["mlp"], {"step_size": (name, {}), "batch_size": constant},
-                      steps // 2, repeats, f"mlp {name} x{steps // 2}")
-    task = get_task("cartpole")
-    chosen = {slot: (name, {}) for slot, name in task.default_methods.items()}
-    for num_envs in (4, 256):
-        one_seed_case("cartpole", {"num_envs": num_envs, "rollout_len": 32}, chosen,
-                      updates, repeats, f"cartpole PPO N={num_envs} x{updates}")
+    for label, task_name, params, chosen, n in one_seed_cases(steps, updates):
+        one_seed_case(task_name, params, chosen, n, repeats, label)
+
+
+def run_once(task_name: str, params: dict, chosen: dict, steps: int) -> tuple[float, list]:
+    """One ``Task.run`` of seed 7 on the CPU: (its wall time, its logged rows untimed)."""
+    task = get_task(task_name)()
+    methods = {slot: registry.get(slot, name)(**hp) for slot, (name, hp) in chosen.items()}
+    rows: list = []
+    untimed = {"time/wall_seconds", "time/env_steps_per_second"}
+    started = time.perf_counter()
+    task.run(task.Params(**params), methods, seed=7, device=torch.device("cpu"),
+             budget=Budget(steps=steps),
+             log=lambda step, m: rows.append((step, {k: v for k, v in m.items()
+                                                     if k not in untimed})))
+    return time.perf_counter() - started, rows
+
+
+def worker(steps: int, updates: int) -> None:
+    """``--worker``: read a case index per line, run it, print its time and a digest of its
+    numbers (the repr of every logged value)."""
+    import hashlib
+
+    cases = one_seed_cases(steps, updates)
+    for line in sys.stdin:
+        _, task_name, params, chosen, n = cases[int(line)]
+        seconds, rows = run_once(task_name, params, chosen, n)
+        digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+        print(f"{seconds!r} {digest}", flush=True)
+
+
+def against(other: Path, steps: int, updates: int, repeats: int) -> None:
+    """``Task.run`` here against ``Task.run`` in the checkout ``other``, called in turn."""
+    import statistics
+
+    def start(root: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(root / "benchmarks" / "seed_axis.py"), "--worker",
+             "--steps", str(steps), "--control-updates", str(updates)],
+            cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+
+    workers = {"other": start(other.resolve()), "here": start(ROOT)}
+
+    def ask(name: str, index: int) -> tuple[float, str]:
+        proc = workers[name]
+        proc.stdin.write(f"{index}\n")
+        proc.stdin.flush()
+        seconds, digest = proc.stdout.readline().split()
+        return float(seconds), digest
+
+    print(f"one seed: Task.run here against Task.run in {other}, {repeats} runs each, in turn")
+    for index, (label, *_) in enumerate(one_seed_cases(steps, updates)):
+        digests = {name: ask(name, index)[1] for name in workers}  # warm-up; the numbers
+        times: dict[str, list[float]] = {name: [] for name in workers}
+        for _ in range(repeats):
+            for name in workers:
+                times[name].append(ask(name, index)[0])
+        mo, mh = statistics.median(times["other"]), statistics.median(times["here"])
+        print(f"   {label:28s} there min {min(times['other']):6.3f} med {mo:6.3f} s | here min "
+              f"{min(times['here']):6.3f} med {mh:6.3f} s | here/there med {mh / mo:5.2f} min "
+              f"{min(times['here']) / min(times['other']):5.2f} | "
+              + ("same bits" if digests["here"] == digests["other"] else "NUMBERS DIFFER"),
+              flush=True)
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
 
 
 def peak_rss_mib(n_seeds: int, steps: int) -> float:
@@ -222,7 +295,16 @@ def main() -> None:
     parser.add_argument("--one-seed", action="store_true",
                         help="only: one seed through run against run_seeds([seed])")
     parser.add_argument("--repeats", type=int, default=5, help="--one-seed: runs of each")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="--one-seed: time Task.run against the checkout in this folder")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(args.steps, args.control_updates)
+        return
+    if args.one_seed and args.against is not None:
+        against(args.against, args.steps, args.control_updates, args.repeats)
+        return
     if args.one_seed:
         one_seed(args.steps, args.control_updates, args.repeats)
         return

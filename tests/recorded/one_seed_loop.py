@@ -26,6 +26,9 @@ CONSTANT = ("constant", {})
 CASES = [
     ("logreg-constant", "logreg", LOGREG,
      {"step_size": ("constant", {}), "batch_size": CONSTANT}, {"steps": 25}, 3),
+    ("logreg-constant-200-steps", "logreg",
+     {"n_samples": 512, "dim": 20, "margin": 0.1, "batch_size": 64},
+     {"step_size": ("constant", {}), "batch_size": CONSTANT}, {"steps": 200}, 7),
     ("logreg-polyak", "logreg", LOGREG,
      {"step_size": ("polyak", {}), "batch_size": CONSTANT}, {"steps": 25}, 4),
     ("logreg-armijo", "logreg", LOGREG,
@@ -65,6 +68,8 @@ CASES = [
      {"step_size": ("sgd_momentum", {}), "batch_size": CONSTANT}, {"steps": 12}, 17),
     ("cnn-armijo", "mlp", {"model": "cnn", "width": 16, "batch_size": 32},
      {"step_size": ("armijo", {}), "batch_size": CONSTANT}, {"steps": 8}, 18),
+    ("mlp-adam-60-steps", "mlp", {"width": 64, "batch_size": 64},
+     {"step_size": ("adam", {}), "batch_size": CONSTANT}, {"steps": 60}, 20),
     ("mlp-noise_scale-per_sample", "mlp", {"width": 16, "batch_size": 32},
      {"step_size": ("adam", {}), "batch_size": ("noise_scale", {})}, {"steps": 10}, 19),
 ]
