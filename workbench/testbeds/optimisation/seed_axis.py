@@ -96,9 +96,8 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
         def batch_loss() -> torch.Tensor:
             return problem.batch_loss(problem.current["batch"])
 
-        def evaluate(step: int, last: bool) -> tuple[list[str], list[list[float]]]:
-            evaluated = problem.evaluate(last)
-            return list(evaluated), [list(evaluated.values())]
+        def evaluate(step: int, last: bool) -> list[dict[str, float]]:
+            return [problem.evaluate(last)]
     else:
         first = problems[0].pure
         pure = first.on_seed_axis(tuple(_stacked([p.pure.data[j] for p in problems])
@@ -116,10 +115,11 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
             return pure.loss(values, pure.data, batch)
 
         @torch.no_grad()
-        def evaluate(step: int, last: bool) -> tuple[list[str], list[list[float]]]:
+        def evaluate(step: int, last: bool) -> list[dict[str, float]]:
             evaluated = pure.evaluate(leaves, step, last)
             names = list(evaluated)
-            return names, torch.stack([evaluated[k].double() for k in names], dim=1).tolist()
+            table = torch.stack([evaluated[k].double() for k in names], dim=1).tolist()
+            return [dict(zip(names, row, strict=True)) for row in table]
 
     def count(counts: list[int], active: torch.Tensor | None) -> None:
         asked = live if active is None else active.tolist()
@@ -129,10 +129,16 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     def closure(backward: bool = True, active: torch.Tensor | None = None) -> torch.Tensor:
         """The step's loss (one seed: 0-d; S seeds: (S,)), with gradients if ``backward``."""
         if not backward:
-            count(loss_evals, active)
+            if alone:  # a run of one seed counts every evaluation its optimizer asks for
+                loss_evals[0] += 1
+            else:
+                count(loss_evals, active)
             with torch.no_grad():
                 return batch_loss()
-        count(grad_evals, active)
+        if alone:
+            grad_evals[0] += 1
+        else:
+            count(grad_evals, active)
         optimizer.zero_grad(set_to_none=False)
         if needs_stats and not step_stats:  # one seed: its per-sample gradients, one pass
             per_sample, stats = per_sample_stats(problems[0], problems[0].current["batch"])
@@ -154,12 +160,12 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
 
     def record(step: int, extra: list[dict[str, float]],
                last: bool = False) -> list[dict[str, float] | None]:
-        names, table = evaluate(step, last)
+        evaluated = evaluate(step, last)
         shown: list[dict[str, float] | None] = [None] * n_seeds
         for s in range(n_seeds):
             if finals[s] is not None:
                 continue
-            metrics = step_metrics(dict(zip(names, table[s], strict=True)), extra[s],
+            metrics = step_metrics(evaluated[s], extra[s],
                                    step_size=step_sizes[s], samples=samples,
                                    grad_evals=grad_evals[s], loss_evals=loss_evals[s],
                                    seconds=seconds / n_seeds)
@@ -172,12 +178,13 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     record(0, [{"batch/size": float(size or n_samples)}] * n_seeds)
     step = 0
     for step in range(1, budget.steps + 1):
-        picks = [stream.next(size) for stream in streams]
-        for problem, pick in zip(problems, picks, strict=True):
-            problem.current["batch"] = pick  # the step's rows, for the seed's own inputs
-        if not alone:
-            batch = None if picks[0] is None else torch.stack(picks)
-        used = n_samples if picks[0] is None else len(picks[0])
+        if alone:
+            pick = problems[0].current["batch"] = streams[0].next(size)  # for its own inputs
+        else:
+            picks = [stream.next(size) for stream in streams]
+            pick = picks[0]
+            batch = None if pick is None else torch.stack(picks)
+        used = n_samples if pick is None else len(pick)
         step_stats.clear()
         started = time.perf_counter()
         if alone:
