@@ -1,9 +1,10 @@
 """Record what ``Task.run`` logs for a set of optimisation configurations into
 ``one_seed_loop.json`` (every metric but the timed one, every step, and the final result).
 
-Run once on the sequential loop (``loop.train``, before ``Task.run`` went through the seed
-axis with one seed) to keep its numbers; ``tests/test_one_seed_loop.py`` holds ``Task.run``
-to them. Usage: ``python -m tests.recorded.one_seed_loop`` from the repository root.
+Recorded on the sequential loop (``loop.train``, before ``Task.run`` became the seed-axis
+loop with one seed: run at commit da2cb06), to keep its numbers; ``tests/test_one_seed_loop.py``
+holds ``Task.run`` to them. Usage: ``python -m tests.recorded.one_seed_loop`` from the
+repository root (rewrites the file: only to record a new case on a checkout of that commit).
 """
 
 from __future__ import annotations

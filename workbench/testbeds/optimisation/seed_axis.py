@@ -87,14 +87,12 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     stopped = torch.zeros(n_seeds, dtype=torch.bool, device=device)  # once a seed has stopped
     grad_evals, loss_evals = [0] * n_seeds, [0] * n_seeds
     step_stats: dict[str, float] = {}
-    batch: torch.Tensor | None = None
+    batch: torch.Tensor | None = None  # the step's rows: (b,) for one seed, (S, b) on the axis
     if alone:  # the seed's own problem: its leaves, its optimizer, its loss and metrics
         problem = problems[0]
         leaves = problem.variables
         optimizer = step_method.build(leaves, problem.info)
-
-        def batch_loss() -> torch.Tensor:
-            return problem.batch_loss(problem.current["batch"])
+        batch_loss = problem.batch_loss  # the step's rows (b,) -> its 0-d loss
 
         def evaluate(step: int, last: bool) -> list[dict[str, float]]:
             return [problem.evaluate(last)]
@@ -108,7 +106,7 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
         optimizer = step_method.build(leaves, seed_axis_info([p.info for p in problems],
                                                              on_axis))
 
-        def batch_loss() -> torch.Tensor:
+        def batch_loss(batch: torch.Tensor | None) -> torch.Tensor:
             values = leaves
             if not all(live):  # a stopped seed's rows are detached: no gradient, whatever
                 values = [torch.where(_per_seed(stopped, v), v.detach(), v) for v in leaves]
@@ -134,20 +132,20 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
             else:
                 count(loss_evals, active)
             with torch.no_grad():
-                return batch_loss()
+                return batch_loss(batch)
         if alone:
             grad_evals[0] += 1
         else:
             count(grad_evals, active)
         optimizer.zero_grad(set_to_none=False)
         if needs_stats and not step_stats:  # one seed: its per-sample gradients, one pass
-            per_sample, stats = per_sample_stats(problems[0], problems[0].current["batch"])
+            per_sample, stats = per_sample_stats(problems[0], batch)
             step_stats.update(stats)
             for v, g in zip(leaves, per_sample, strict=True):
                 v.grad = g.mean(dim=0).to(v.dtype)
             with torch.no_grad():
-                return batch_loss()
-        value = batch_loss()
+                return batch_loss(batch)
+        value = batch_loss(batch)
         (value if alone else value.sum()).backward()
         return value.detach()
 
@@ -178,8 +176,8 @@ def train_seeds(problems: Sequence[Problem], step_method, *, batch_size: int | N
     record(0, [{"batch/size": float(size or n_samples)}] * n_seeds)
     step = 0
     for step in range(1, budget.steps + 1):
-        if alone:
-            pick = problems[0].current["batch"] = streams[0].next(size)  # for its own inputs
+        if alone:  # its rows; its own inputs (margins, hvp) read them from ``current``
+            batch = pick = problems[0].current["batch"] = streams[0].next(size)
         else:
             picks = [stream.next(size) for stream in streams]
             pick = picks[0]
