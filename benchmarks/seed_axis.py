@@ -20,9 +20,22 @@
 5. ``--sweeps``: the quickstart sweep through ``workbench sweep`` with ``execution: {seeds:
    auto}`` at 10 seeds against 3 seeds, CPU seconds of the whole command (target: <= 2x).
 
+``--one-seed`` (alone, under 2 minutes): one seed through ``Task.run`` against the same seed as
+``Task.run_seeds([seed])`` (a seed axis of one), same configuration, runs alternated: logreg
+(``--steps`` steps; constant, polyak, armijo, adam), the MLP (sgd_momentum, adam) and PPO on
+CartPole at N = 4 and N = 256 (``--control-updates`` updates, T = 32); the wall time of each
+run (min and median of ``--repeats``), the ratio of the medians (axis / run: <= 1 means one
+seed on the axis costs no more) and whether the logged metrics are the same bits (else the
+largest relative difference). ``--against DIR`` instead times ``Task.run`` of this checkout
+against ``Task.run`` of the checkout in DIR (another commit, e.g. from ``git worktree add``),
+the same cases, in two worker processes called in turn (a load on the machine falls on both),
+and compares their logged metrics bit for bit: "today" against a change.
+
 Usage::
 
     python benchmarks/seed_axis.py [--seeds 10] [--steps 200] [--control-updates 8] [--sweeps]
+    python benchmarks/seed_axis.py --one-seed [--repeats 5] [--steps 200] [--control-updates 8]
+    python benchmarks/seed_axis.py --one-seed --against DIR [--repeats 7]
 """
 
 from __future__ import annotations
@@ -114,6 +127,138 @@ def control(updates: int) -> None:
                  if num_envs == 1024 else ""))
 
 
+def one_seed_case(task_name: str, params: dict, chosen: dict[str, tuple[str, dict]],
+                  steps: int, repeats: int, label: str) -> None:
+    """``run`` against ``run_seeds`` with one seed (``--one-seed``): times and parity."""
+    import statistics
+
+    task = get_task(task_name)()
+    full = task.Params(**params)
+    cpu, seed = torch.device("cpu"), 7
+
+    def fresh():
+        return {slot: registry.get(slot, name)(**hp) for slot, (name, hp) in chosen.items()}
+
+    def alone():
+        rows: list = []
+        task.run(full, fresh(), seed=seed, device=cpu, budget=Budget(steps=steps),
+                 log=lambda step, m: rows.append((step, dict(m))))
+        return rows
+
+    def axis():
+        rows: list = []
+        task.run_seeds(full, fresh(), seeds=[seed], device=cpu, budget=Budget(steps=steps),
+                       log=lambda step, per_seed: rows.append((step, dict(per_seed[0]))))
+        return rows
+
+    a, b = alone(), axis()  # warm-up, and the numbers compared
+    times: dict[str, list[float]] = {"run": [], "axis": []}
+    for _ in range(repeats):
+        for name, fn in (("run", alone), ("axis", axis)):
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    worst, same = 0.0, [s for s, _ in a] == [s for s, _ in b]
+    for (_, x), (_, y) in zip(a, b, strict=False):
+        same = same and x.keys() == y.keys()
+        for key in x.keys() & y.keys() - {"time/wall_seconds", "time/env_steps_per_second"}:
+            u, v = x[key], y[key]
+            if u != v and not (u != u and v != v):
+                worst = max(worst, abs(u - v) / max(abs(u), abs(v), 1e-300))
+    mr, ma = statistics.median(times["run"]), statistics.median(times["axis"])
+    parity = "same bits" if same and worst == 0.0 else (
+        f"max rel diff {worst:.1e}" if same else "DIFFERENT steps or keys")
+    print(f"   {label:28s} run min {min(times['run']):6.3f} med {mr:6.3f} s | axis min "
+          f"{min(times['axis']):6.3f} med {ma:6.3f} s | axis/run {ma / mr:5.2f} | {parity}",
+          flush=True)
+
+
+def one_seed_cases(steps: int, updates: int) -> list[tuple]:
+    """(label, task, params, {slot: (method, hyperparameters)}, steps) of ``--one-seed``."""
+    constant = ("constant", {})
+    cases = [(f"logreg {name} x{steps}", "logreg", PARAMS["logreg"],
+              {"step_size": (name, {}), "batch_size": constant}, steps)
+             for name in ("constant", "polyak", "armijo", "adam")]
+    cases += [(f"mlp {name} x{steps // 2}", "mlp", PARAMS["mlp"],
+               {"step_size": (name, {}), "batch_size": constant}, steps // 2)
+              for name in ("sgd_momentum", "adam")]
+    chosen = {slot: (name, {}) for slot, name in get_task("cartpole").default_methods.items()}
+    cases += [(f"cartpole PPO N={n} x{updates}", "cartpole", {"num_envs": n, "rollout_len": 32},
+               chosen, updates) for n in (4, 256)]
+    return cases
+
+
+def one_seed(steps: int, updates: int, repeats: int) -> None:
+    print(f"one seed: Task.run against Task.run_seeds([seed]), {repeats} repeats, one thread")
+    for label, task_name, params, chosen, n in one_seed_cases(steps, updates):
+        one_seed_case(task_name, params, chosen, n, repeats, label)
+
+
+def run_once(task_name: str, params: dict, chosen: dict, steps: int) -> tuple[float, list]:
+    """One ``Task.run`` of seed 7 on the CPU: (its wall time, its logged rows untimed)."""
+    task = get_task(task_name)()
+    methods = {slot: registry.get(slot, name)(**hp) for slot, (name, hp) in chosen.items()}
+    rows: list = []
+    untimed = {"time/wall_seconds", "time/env_steps_per_second"}
+    started = time.perf_counter()
+    task.run(task.Params(**params), methods, seed=7, device=torch.device("cpu"),
+             budget=Budget(steps=steps),
+             log=lambda step, m: rows.append((step, {k: v for k, v in m.items()
+                                                     if k not in untimed})))
+    return time.perf_counter() - started, rows
+
+
+def worker(steps: int, updates: int) -> None:
+    """``--worker``: read a case index per line, run it, print its time and a digest of its
+    numbers (the repr of every logged value)."""
+    import hashlib
+
+    cases = one_seed_cases(steps, updates)
+    for line in sys.stdin:
+        _, task_name, params, chosen, n = cases[int(line)]
+        seconds, rows = run_once(task_name, params, chosen, n)
+        digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+        print(f"{seconds!r} {digest}", flush=True)
+
+
+def against(other: Path, steps: int, updates: int, repeats: int) -> None:
+    """``Task.run`` here against ``Task.run`` in the checkout ``other``, called in turn."""
+    import statistics
+
+    def start(root: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(root / "benchmarks" / "seed_axis.py"), "--worker",
+             "--steps", str(steps), "--control-updates", str(updates)],
+            cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+
+    workers = {"other": start(other.resolve()), "here": start(ROOT)}
+
+    def ask(name: str, index: int) -> tuple[float, str]:
+        proc = workers[name]
+        proc.stdin.write(f"{index}\n")
+        proc.stdin.flush()
+        seconds, digest = proc.stdout.readline().split()
+        return float(seconds), digest
+
+    print(f"one seed: Task.run here against Task.run in {other}, {repeats} runs each, in turn")
+    for index, (label, *_) in enumerate(one_seed_cases(steps, updates)):
+        digests = {name: ask(name, index)[1] for name in workers}  # warm-up; the numbers
+        times: dict[str, list[float]] = {name: [] for name in workers}
+        for _ in range(repeats):
+            for name in workers:
+                times[name].append(ask(name, index)[0])
+        mo, mh = statistics.median(times["other"]), statistics.median(times["here"])
+        print(f"   {label:28s} there min {min(times['other']):6.3f} med {mo:6.3f} s | here min "
+              f"{min(times['here']):6.3f} med {mh:6.3f} s | here/there med {mh / mo:5.2f} min "
+              f"{min(times['here']) / min(times['other']):5.2f} | "
+              + ("same bits" if digests["here"] == digests["other"] else "NUMBERS DIFFER"),
+              flush=True)
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
+
+
 def peak_rss_mib(n_seeds: int, steps: int) -> float:
     """Peak RSS of a fresh process that runs one vectorised trial of ``n_seeds`` seeds."""
     code = (f"import resource, torch, sys; sys.path.insert(0, {str(ROOT)!r}); "
@@ -147,7 +292,22 @@ def main() -> None:
     parser.add_argument("--sweeps", action="store_true", help="also time the quickstart sweep")
     parser.add_argument("--control-updates", type=int, default=8,
                         help="PPO updates per control measurement (N = 8: four times more)")
+    parser.add_argument("--one-seed", action="store_true",
+                        help="only: one seed through run against run_seeds([seed])")
+    parser.add_argument("--repeats", type=int, default=5, help="--one-seed: runs of each")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="--one-seed: time Task.run against the checkout in this folder")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(args.steps, args.control_updates)
+        return
+    if args.one_seed and args.against is not None:
+        against(args.against, args.steps, args.control_updates, args.repeats)
+        return
+    if args.one_seed:
+        one_seed(args.steps, args.control_updates, args.repeats)
+        return
     cpu, seeds = torch.device("cpu"), list(range(args.seeds))
 
     print(f"1. logreg trial, {args.seeds} seeds x {args.steps} steps, one thread (target >= 5x)")

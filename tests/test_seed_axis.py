@@ -1,5 +1,9 @@
 """Seeds on a seed axis (``execution: {seeds: vectorised}``): each seed of a vectorised run has
-the metrics of its own sequential run, step by step (CPU, float64, 1e-9 relative)."""
+the metrics of its own sequential run, step by step (CPU, float64, 1e-9 relative). A run of
+one seed (``Task.run``) is the same loop on a seed axis of one, but with the step-size
+method's one-run optimizer and the problem's own formulas; S seeds stack the variables, map
+the formulas and step the seed-axis optimizer: these tests hold the two to each other, and
+``tests/test_one_seed_loop.py`` holds ``Task.run`` to the numbers of the loop it replaced."""
 
 from __future__ import annotations
 

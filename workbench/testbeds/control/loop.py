@@ -10,6 +10,28 @@ the slot's ``minibatches`` says, by default ``ppo.minibatches``).
 
 Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
 ``budget.wall_seconds``, or a non-finite loss or parameter (reported as diverged).
+
+Why this loop is kept beside the seed axis (``seed_axis.train_seeds``), where the
+optimisation testbeds' ``Task.run`` is their seed-axis loop with one seed
+(``optimisation.seed_axis.train_one``; issue 34):
+
+- the seed axis cannot take every configuration this loop takes: the Gymnasium backend and
+  any environment outside ``envs.TORCH_ENVS`` (``Control.seed_axis_problem``), and the
+  methods that declare ``vectorised = False`` (entropy ``kl_cov``, whose kink at
+  log pi = log pi_old lets a last-bit difference set its gradient);
+- one seed on the axis does not give this loop's numbers in float32, the default dtype: the
+  axis's network (``SeedAxisActorCritic``, each layer a batched matrix product) rounds
+  differently from ``ActorCritic``'s, from the first update on (PPO on CartPole, N = 4,
+  seed 7: the policy loss 3e-5 relative apart at update 1, 1.3e-2 at update 8 as it nears
+  zero; the same bits at N = 256 in that run, and 3.4e-13 apart in float64);
+- it buys no time: one seed on the axis against this loop, 8 updates, T = 32, medians of 5,
+  seven runs on the loaded 2-core CPU (``benchmarks/seed_axis.py --one-seed``): 0.92-1.13x
+  the time at N = 4, 0.81-1.06x at N = 256, no gain beyond the noise.
+
+One loop would need the axis of one to run this loop's own network and optimizer (as the
+optimisation loop does with one seed) through ``policy_step_seeds``, the per-seed entropy
+hooks and ``collect_seeds``, and a one-stream adapter for Gymnasium environments; not done.
+The parity tests (``tests/test_control_seed_axis.py``, float64) hold the two loops together.
 """
 
 from __future__ import annotations

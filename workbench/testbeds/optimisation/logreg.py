@@ -39,10 +39,9 @@ from workbench.testbeds.optimisation.loop import (
     pure_problem,
     random_start,
     rows,
-    train,
     with_horizon,
 )
-from workbench.testbeds.optimisation.seed_axis import train_seeds
+from workbench.testbeds.optimisation.seed_axis import train_one, train_seeds
 
 Digit = Annotated[int, Field(ge=0, le=9)]
 
@@ -227,10 +226,9 @@ class LogReg(Task):
         with cpu_threads(device, params.cpu_threads):
             problem = with_horizon(build_problem(params, seed, device, budget.steps), budget,
                                    params.batch_size)
-            optimizer = methods["step_size"].build(problem.variables, problem.info)
-            return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                         seed=seed, device=device, log=log,
-                         batch_method=methods.get("batch_size"), target=target_of(params))
+            return train_one(problem, methods["step_size"], batch_size=params.batch_size,
+                             budget=budget, seed=seed, device=device, log=log,
+                             batch_method=methods.get("batch_size"), target=target_of(params))
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):

@@ -1,15 +1,16 @@
-"""The shared training loop of the optimisation testbeds: (minibatch) gradient descent with a
+"""The pieces of the optimisation testbeds' training loop: (minibatch) gradient descent with a
 ``step_size`` slot and an optional ``batch_size`` slot, counting every cost that fair
-comparison needs.
+comparison needs. The loop itself is ``seed_axis.train_seeds``, one for a run of one seed
+(``Task.run``, a seed axis of one: ``seed_axis.train_one``) and for the seeds of a trial.
 
 Per step: ask the batch-size method for the batch size, draw a minibatch (without replacement
 within an epoch, seeded), call ``optimizer.step(closure)``, evaluate the full objective, log.
 ``time/wall_seconds`` counts the optimizer's own time only: full-data evaluation and logging
 are excluded.
 
-Where the batch-size method requires ``per_sample_grads``, the step's first gradient
-evaluation computes per-sample gradients G_i (``torch.func.vmap`` of ``grad``; the same single
-pass, so no extra gradient evaluation is counted) and hands the method:
+Where the batch-size method requires ``per_sample_grads`` (one seed only), the step's first
+gradient evaluation computes per-sample gradients G_i (``torch.func.vmap`` of ``grad``; the
+same single pass, so no extra gradient evaluation is counted) and hands the method:
 
 - ``grad_sq_big`` = |mean_i G_i|^2 at ``big_batch_size`` = b,
 - ``grad_sq_small`` = mean_i |G_i|^2 at ``small_batch_size`` = 1,
@@ -19,7 +20,6 @@ pass, so no extra gradient evaluation is counted) and hands the method:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,8 +29,7 @@ import torch
 from torch.func import vmap
 
 from workbench.common import seeds
-from workbench.common.budget import Budget, LogFn
-from workbench.families import BatchSlot, step_size_taken
+from workbench.common.budget import Budget
 
 
 @dataclass
@@ -238,12 +237,6 @@ def step_metrics(evaluated: Mapping[str, float], extra: Mapping[str, float], *,
     return metrics
 
 
-class _Counters:
-    def __init__(self) -> None:
-        self.grad_evals = 0
-        self.loss_evals = 0
-
-
 class Batches:
     """Seeded epochs of shuffled indices; ``None`` for full-batch steps."""
 
@@ -294,84 +287,3 @@ def per_sample_stats(problem: Problem, batch: torch.Tensor | None) -> tuple[torc
         "grad_var": float(((flat - mean) ** 2).sum() / max(b - 1, 1)),
     }
     return per_sample, stats
-
-
-def train(
-    problem: Problem,
-    optimizer: torch.optim.Optimizer,
-    *,
-    batch_size: int | None,
-    budget: Budget,
-    seed: int,
-    device: torch.device,
-    log: LogFn,
-    batch_method=None,
-    target: Target | None = None,
-) -> dict[str, Any]:
-    """Run gradient descent until the budget is spent or the loss stops being finite."""
-    counters = _Counters()
-    batches = Batches(problem.n_samples, seed, device)
-    samples, seconds, diverged = 0, 0.0, False
-    step_size, reached_at = math.nan, math.nan
-    needs_stats = batch_method is not None and "per_sample_grads" in batch_method.requirements(
-        batch_method.params)
-    if needs_stats and problem.sample_loss is None:
-        raise ValueError("this task gives no per-sample loss; the batch-size method needs one")
-    batch: torch.Tensor | None = None
-    slot = BatchSlot(batch_method, problem.n_samples)
-    size = batch_size if batch_method is None else slot.start(batch_size, **problem.info)
-    step_stats: dict[str, float] = {}
-
-    def closure(backward: bool = True) -> torch.Tensor:
-        if not backward:
-            counters.loss_evals += 1
-            with torch.no_grad():
-                return problem.batch_loss(batch)
-        counters.grad_evals += 1
-        optimizer.zero_grad(set_to_none=False)
-        if needs_stats and not step_stats:
-            per_sample, stats = per_sample_stats(problem, batch)
-            step_stats.update(stats)
-            for v, g in zip(problem.variables, per_sample, strict=True):
-                v.grad = g.mean(dim=0).to(v.dtype)
-            with torch.no_grad():
-                return problem.batch_loss(batch)
-        loss = problem.batch_loss(batch)
-        loss.backward()
-        return loss.detach()
-
-    def record(step: int, extra: Mapping[str, float], last: bool = False) -> dict[str, float]:
-        nonlocal reached_at
-        metrics = step_metrics(problem.evaluate(last), extra, step_size=step_size, samples=samples,
-                               grad_evals=counters.grad_evals,
-                               loss_evals=counters.loss_evals, seconds=seconds)
-        if target is not None:
-            reached_at = target.first(reached_at, step, metrics)
-        log(step, metrics)
-        return metrics
-
-    metrics = record(0, {"batch/size": float(size or problem.n_samples)})
-    for step in range(1, budget.steps + 1):
-        batch = batches.next(size)
-        problem.current["batch"] = batch
-        used = problem.n_samples if batch is None else len(batch)
-        step_stats.clear()
-        started = time.perf_counter()
-        batch_loss = float(optimizer.step(closure))
-        grad_sq = float(grad_sq_per_seed(problem.variables, 1)[0])
-        if batch_method is not None:
-            size = slot.after_step(step, loss=batch_loss, grad_sq=grad_sq, batch_size=used,
-                                   samples=samples + used, extra=step_stats)
-        seconds += time.perf_counter() - started
-        samples += used
-        step_size = step_size_taken(optimizer)
-        extra = {"train/batch_loss": batch_loss, "train/grad_norm": math.sqrt(grad_sq),
-                 "batch/size": float(used), **slot.diagnostics()}
-        last = step == budget.steps or budget.spent(samples, seconds)
-        metrics = record(step, extra, last)  # the last step's with every occasional metric
-        if not math.isfinite(metrics["train/loss"]):
-            diverged = True
-            break
-        if last:
-            break
-    return {**metrics, "steps": step, "diverged": diverged}

@@ -34,10 +34,9 @@ from workbench.testbeds.optimisation.loop import (
     Pure,
     batches_per_epoch,
     pure_problem,
-    train,
     with_horizon,
 )
-from workbench.testbeds.optimisation.seed_axis import train_seeds
+from workbench.testbeds.optimisation.seed_axis import train_one, train_seeds
 
 N_CLASSES = 10
 
@@ -143,10 +142,9 @@ class MLP(Task):
         with cpu_threads(device, params.cpu_threads):
             problem = with_horizon(build_problem(params, seed, device, budget.steps), budget,
                                    params.batch_size)
-            optimizer = methods["step_size"].build(problem.variables, problem.info)
-            return train(problem, optimizer, batch_size=params.batch_size, budget=budget,
-                         seed=seed, device=device, log=log,
-                         batch_method=methods.get("batch_size"))
+            return train_one(problem, methods["step_size"], batch_size=params.batch_size,
+                             budget=budget, seed=seed, device=device, log=log,
+                             batch_method=methods.get("batch_size"))
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):

@@ -21,10 +21,9 @@ from workbench.testbeds.optimisation.loop import (
     matvec,
     pure_problem,
     random_start,
-    train,
     with_horizon,
 )
-from workbench.testbeds.optimisation.seed_axis import train_seeds
+from workbench.testbeds.optimisation.seed_axis import train_one, train_seeds
 
 
 class QuadraticParams(OneThreadParams):
@@ -63,9 +62,8 @@ class Quadratic(Task):
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
             problem = with_horizon(build_problem(params, seed, device, budget.steps), budget, None)
-            optimizer = methods["step_size"].build(problem.variables, problem.info)
-            return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
-                         device=device, log=log)
+            return train_one(problem, methods["step_size"], batch_size=None, budget=budget,
+                             seed=seed, device=device, log=log)
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         with cpu_threads(device, params.cpu_threads):

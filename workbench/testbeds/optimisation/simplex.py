@@ -43,10 +43,9 @@ from workbench.testbeds.optimisation.loop import (
     Pure,
     matvec,
     pure_problem,
-    train,
     with_horizon,
 )
-from workbench.testbeds.optimisation.seed_axis import train_seeds
+from workbench.testbeds.optimisation.seed_axis import train_one, train_seeds
 
 _L1_KEYS = ("radius", "condition_number", "noise")
 
@@ -334,9 +333,8 @@ class Simplex(Task):
 
     def run(self, params, methods, *, seed, device, budget, log):
         problem = with_horizon(build_problem(params, seed, device, budget.steps), budget, None)
-        optimizer = methods["step_size"].build(problem.variables, problem.info)
-        return train(problem, optimizer, batch_size=None, budget=budget, seed=seed,
-                     device=device, log=log)
+        return train_one(problem, methods["step_size"], batch_size=None, budget=budget,
+                         seed=seed, device=device, log=log)
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
         problems = [with_horizon(build_problem(params, seed, device, budget.steps), budget,
