@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import run_cli, study_name, tiny_spec
-from tests.held_trials import holding_trials
+from tests.held_trials import held_sweep
 from tests.waiting import communicate, kill, scaled, tail, wait_until
 
 
@@ -111,28 +111,10 @@ def test_ctrl_c_requeues_the_running_trials_instead_of_failing_them(workers, wri
     """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while every worker
     runs a trial: one line, exit code 130, no trial counted failed; the same command then
     runs the interrupted trials again and ends with exactly the trials the spec asks for."""
-    env, held = holding_trials(tmp_path)
     db = tmp_path / "store.db"
     path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
                                 storage=f"sqlite:///{db}"))
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
-                             "--workers", str(workers)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-    def all_held():
-        if proc.poll() is not None:
-            raise AssertionError(f"the sweep exited with code {proc.returncode} before its "
-                                 f"trials started: {tail(proc.stderr.read())}")
-        return len(list(held.iterdir())) == workers
-
-    try:
-        wait_until(all_held, f"{workers} worker(s) inside a trial", 300,
-                   describe_state=lambda: f"{len(list(held.iterdir()))} inside a trial")
-    except BaseException:
-        kill(proc)
-        proc.wait()
-        raise
+    proc, _ = held_sweep(path, tmp_path, workers)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = communicate(proc, "the sweep to exit after Ctrl-C", 300)
     assert proc.returncode == 130, (proc.returncode, err)

@@ -4,16 +4,14 @@ written, no more workers start than trials are left, and a worker never outlives
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import run_cli, tiny_spec
-from tests.held_trials import holding_trials
-from tests.waiting import communicate, tail, wait_until
+from tests.held_trials import held_sweep
+from tests.waiting import communicate, wait_until
 
 
 @pytest.mark.parametrize("workers", ["100000", "3"], ids=["beyond-the-cpus", "beyond-the-trials"])
@@ -55,31 +53,6 @@ def _spawned_children(parent: int) -> list[int]:
     return found
 
 
-def _held_sweep(path: Path, tmp_path: Path, workers: int, expected: int):
-    """``workbench sweep PATH --workers N`` with its trials held; (the process, the held
-    workers' process ids) once ``expected`` workers are inside a trial."""
-    env, held = holding_trials(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
-                             "--workers", str(workers)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-    def all_held():
-        if proc.poll() is not None:
-            raise AssertionError(f"the sweep exited with code {proc.returncode} before its "
-                                 f"trials started: {tail(proc.stderr.read())}")
-        return len(list(held.iterdir())) >= expected
-
-    try:
-        wait_until(all_held, f"{expected} worker(s) inside a trial", 300,
-                   describe_state=lambda: f"{len(list(held.iterdir()))} inside a trial")
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return proc, [int(p.name) for p in held.iterdir()]
-
-
 def _kill_parent_and_wait_for_the_workers(proc, pids: list[int]) -> None:
     try:
         proc.kill()  # SIGKILL: nothing of the sweep's process runs to stop its workers
@@ -97,7 +70,7 @@ def _kill_parent_and_wait_for_the_workers(proc, pids: list[int]) -> None:
 def test_a_kill_9_of_the_sweep_leaves_no_worker_running(write_spec, tmp_path):
     path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
                                 storage=f"sqlite:///{tmp_path / 'store.db'}"))
-    proc, pids = _held_sweep(path, tmp_path, workers=2, expected=2)
+    proc, pids = held_sweep(path, tmp_path, workers=2, expected=2)
     assert sorted(pids) == sorted(_spawned_children(proc.pid))
     _kill_parent_and_wait_for_the_workers(proc, pids)
 
@@ -112,7 +85,7 @@ def test_no_more_workers_start_than_trials_are_left(write_spec, tmp_path):
     first = run_cli("sweep", str(path), "--quiet", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     path.write_text(yaml.safe_dump({**spec, "trials": 3}, sort_keys=False))
-    proc, pids = _held_sweep(path, tmp_path, workers=2, expected=1)
+    proc, pids = held_sweep(path, tmp_path, workers=2, expected=1)
     try:
         assert pids == [proc.pid] and _spawned_children(proc.pid) == []
     finally:
