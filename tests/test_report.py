@@ -40,7 +40,7 @@ def test_report_writes_every_figure_and_table(swept, capsys):
     out = folder / "out"
     assert cli.main(["report", str(path), "--out", str(out)]) == 0
     for figure in FIGURES:
-        for suffix in (".png", ".pdf", ".json"):
+        for suffix in (".png", ".pdf", ".csv", ".json"):
             assert (out / f"{figure}{suffix}").exists(), figure + suffix
     for suffix in (".md", ".tex", ".html", ".csv", ".json"):
         assert (out / f"table_tiny{suffix}").exists()
@@ -54,6 +54,7 @@ def test_report_writes_every_figure_and_table(swept, capsys):
     assert "steps to target" in table
     index = (out / "index.html").read_text()
     assert all(f"{figure}.png" in index for figure in FIGURES)
+    assert all(f"<a href='{figure}.csv'>numbers (CSV)</a>" in index for figure in FIGURES)
 
 
 def test_provenance_lists_exactly_the_runs_in_the_store(swept):
@@ -71,6 +72,99 @@ def test_provenance_lists_exactly_the_runs_in_the_store(swept):
         [experiment], "tags.`workbench.kind` = 'seed'", max_results=10_000)}
     assert set(final["run_ids"]) <= seeds and len(final["run_ids"]) == 3 * 3
     assert final["query"]["experiments"] == {"tiny": experiment}
+
+
+def test_every_figure_has_the_numbers_it_draws_beside_it(swept):
+    """``<figure>.csv`` beside every figure: the numbers recomputed from the store's values
+    with ``workbench.stats``, the lines and points the figure draws, to the last bit."""
+    import numpy as np
+    import pandas as pd
+
+    from workbench import report
+    from workbench.report import data, figures
+    from workbench.stats import aggregates as stats
+
+    folder, _ = swept
+    out = folder / "out-numbers"
+    storage = f"sqlite:///{folder / 'store.db'}"
+    written = report.build(report.SweepRef("tiny", storage), out)
+    pngs = sorted(p for p in out.glob("*.png"))
+    assert {p.stem for p in pngs} >= set(FIGURES)
+    for png in pngs:  # the claims' figures (here target_) too
+        assert png.with_suffix(".csv") in written, png.name
+        files = json.loads(png.with_suffix(".json").read_text())["files"]
+        assert f"{png.stem}.csv" in files and f"{png.stem}.pdf" in files, files
+
+    def numbers(stem):  # exactly what was written: repr floats read back equal
+        return pd.read_csv(out / f"{stem}.csv", engine="python")  # Python's float()
+
+    client = MlflowClient(f"sqlite:///{folder / 'store.mlflow.db'}")
+    d = data.read_sweep(report.SweepRef("tiny", storage))
+    style = figures.Style(m.label for m in d.methods)
+    low_loss, _ = d.bounds("train/loss")
+
+    # final: each method's IQM and interval of its seeds' objectives as the store holds them
+    final = numbers("final")
+    for m in d.methods:
+        seeds = final[(final["method"] == m.label) & (final["kind"] == "seed")]
+        stored = np.array([client.get_run(r).data.metrics["objective"]
+                           for r in seeds["run_id"]])
+        assert len(stored) == 3 and (seeds["value"].to_numpy() == stored).all()
+        (row,) = final[(final["method"] == m.label) & (final["kind"] == "aggregate")].itertuples()
+        interval = stats.interval(stored, "iqm", 0.95, (low_loss, np.inf))
+        assert (row.value, row.low, row.high, row.n) == (
+            stats.aggregate(stored, "iqm"), interval.low, interval.high, 3)
+        # curves: the IQM of the seeds' first and last losses, at the grid's ends
+        curve = numbers("curves_train-loss_step")
+        mine = curve[curve["method"] == m.label]
+        for point, step in ((mine.iloc[0], 0), (mine.iloc[-1], 20)):
+            assert point["x"] == step and point["n_seeds"] == 3
+            at = np.array([[h.value for h in client.get_metric_history(r, "train/loss")
+                            if h.step == step][0] for r in seeds["run_id"]])
+            band = stats.interval(at, "iqm", 0.95, (low_loss, np.inf))
+            assert point["centre"] == pytest.approx(stats.aggregate(at, "iqm"), rel=1e-12)
+            assert (point["low"], point["high"]) == pytest.approx((band.low, band.high),
+                                                                  rel=1e-12)
+        # best_of_k: the expected best of k of its complete trials' stored objectives
+        trials = client.search_runs([d.experiment], "tags.`workbench.kind` = 'trial' and "
+                                    f"tags.`workbench.method` = '{m.label}' and "
+                                    "attributes.status = 'FINISHED'")
+        objectives = [t.data.metrics["objective"] for t in trials]
+        best = numbers("best_of_k")
+        assert best[best["method"] == m.label]["expected_best"].to_numpy() == pytest.approx(
+            stats.expected_best_of_k(objectives, "minimize"), rel=1e-12)
+
+    # what each figure draws is its CSV's numbers
+    ax = figures.curves([d], "train/loss", "step", d.options, style).figure.axes[0]
+    for line, m in zip(ax.lines, d.methods, strict=True):
+        mine = curve[curve["method"] == m.label]
+        assert (line.get_xdata() == mine["x"].to_numpy()).all()
+        assert (line.get_ydata() == mine["centre"].to_numpy()).all()
+    ax = figures.final([d], d.options, style).figure.axes[0]
+    centres = final[final["kind"] == "aggregate"]["value"].to_numpy()
+    assert [float(line.get_xdata()[0]) for line in ax.lines[::3]] == list(centres)
+    ticks = np.concatenate([c.get_offsets()[:, 0] for c in ax.collections
+                            if type(c).__name__ == "PathCollection"])
+    assert sorted(ticks) == sorted(final[final["kind"] == "seed"]["value"])
+    ax = figures.profiles([d], style).figure.axes[0]
+    profile = numbers("profiles")
+    for line, m in zip(ax.lines, d.methods, strict=True):
+        mine = profile[profile["method"] == m.label]
+        assert (line.get_xdata() == mine["tau"].to_numpy()).all()
+        assert (line.get_ydata() == mine["fraction"].to_numpy()).all()
+    ax = figures.best_of_k([d], d.options, style).figure.axes[0]
+    for line, m in zip(ax.lines, d.methods, strict=True):
+        assert (line.get_ydata() == best[best["method"] == m.label]["expected_best"]).all()
+    sensitivity = numbers("sensitivity_tiny")
+    axes = figures.sensitivity(d, style).figure.axes
+    for ax, (method, name) in zip(axes, [(m.label, n) for m in d.methods for n in m.space],
+                                  strict=False):
+        done = sensitivity[(sensitivity["method"] == method)
+                           & (sensitivity["hyperparameter"] == name)
+                           & (sensitivity["status"] == "complete")]
+        drawn = ax.collections[0].get_offsets()
+        assert len(done) == 4 and (drawn[:, 0] == done["x"].to_numpy()).all()
+        assert (drawn[:, 1] == done["objective"].to_numpy()).all()
 
 
 def test_a_report_spec_draws_several_sweeps(swept, tmp_path):

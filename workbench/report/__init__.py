@@ -4,8 +4,9 @@
 (``workbench.store.results``) and what its study runs recorded in place of the spec
 (``workbench.store.study_record``): the report imports neither the spec nor a testbed. It writes:
 
-- ``curves_<metric>_<axis>.{png,pdf}``, ``final``, ``profiles``, ``best_of_k`` and
-  ``sensitivity_<sweep>`` (``figures``);
+- ``curves_<metric>_<axis>.{png,pdf,csv}``, ``final``, ``profiles``, ``best_of_k`` and
+  ``sensitivity_<sweep>`` (``figures``), each with the CSV of the numbers it draws
+  (``figure_data``);
 - ``table_<sweep>.{md,tex,html,csv}`` and ``poi_<sweep>.{md,csv}`` (``tables``);
 - a ``.json`` beside every file (query, run ids, git commits, statistics settings, time),
   ``provenance.json`` for the whole report (``provenance``), and ``index.html`` showing
@@ -15,8 +16,9 @@ It shows each sweep's current studies (superseded ones on request), marks the st
 (code changed since they ran), and shows each best trial on its held-out evaluation seeds where
 the sweep ran them; every caption says on which seeds the best trial was chosen and shown, and
 how its intervals are made. Modules: ``data`` (what is read back), ``captions`` (the words
-every caption shares), ``figures``, ``tables``, ``provenance``, ``index``, ``folder`` (file
-names, atomic replacement), ``entry`` (``build``).
+every caption shares), ``figure_data`` (each figure's numbers), ``figures`` (drawing them),
+``tables``, ``provenance``, ``index``, ``folder`` (file names, atomic replacement), ``entry``
+(``build``).
 """
 
 from workbench.report.data import ReportError, SweepRef

@@ -1,5 +1,6 @@
-"""The report's entry point: read the sweeps from the store, write every figure and table with
-its provenance, then the index, into a staging folder that replaces the target whole."""
+"""The report's entry point: read the sweeps from the store, write every figure (with the CSV of
+its numbers) and table with its provenance, then the index, into a staging folder that replaces
+the target whole."""
 
 from __future__ import annotations
 
@@ -122,9 +123,9 @@ class _Writer:
         for drawn in render(drawings, self.out):
             if drawn is not None:
                 stem, run_ids, numbers = drawn
-                self.written += [self.out / f"{stem}.png", self.out / f"{stem}.pdf"]
-                self.written += [self.out / name for name in numbers]
-                self.provenance.write(self.out / f"{stem}.png", run_ids, sweeps)
+                files = [f"{stem}.png", f"{stem}.pdf", *numbers]
+                self.written += [self.out / name for name in files]
+                self.provenance.write(self.out / f"{stem}.png", run_ids, sweeps, files)
         for d in sweeps:
             self.results_table(d)
             self.improvement_table(d)
@@ -144,7 +145,8 @@ class _Writer:
                              (".tex", table.latex()), (".html", table.html())):
             (self.out / f"{stem}{suffix}").write_text(text)
             self.written.append(self.out / f"{stem}{suffix}")
-        self.provenance.write(self.out / f"{stem}.csv", table.run_ids, [d])
+        self.provenance.write(self.out / f"{stem}.csv", table.run_ids, [d],
+                              [f"{stem}{s}" for s in (".md", ".tex", ".html")])
 
     def improvement_table(self, d: SweepData) -> None:
         table = ImprovementTable.of(d)
@@ -154,4 +156,4 @@ class _Writer:
         for suffix, text in ((".csv", table.csv()), (".md", table.markdown())):
             (self.out / f"{stem}{suffix}").write_text(text)
             self.written.append(self.out / f"{stem}{suffix}")
-        self.provenance.write(self.out / f"{stem}.csv", table.run_ids, [d])
+        self.provenance.write(self.out / f"{stem}.csv", table.run_ids, [d], [f"{stem}.md"])

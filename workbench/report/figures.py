@@ -1,15 +1,20 @@
 """The report's figures, one function each; each returns a ``Drawing`` (or None when there is
-nothing to draw) for ``entry`` to save beside its provenance.
+nothing to draw) for ``entry`` to save beside its provenance and its numbers.
+
+Each figure is two steps: ``figure_data`` computes its numbers as a tidy table, and a
+``draw_*`` function here draws that table and nothing else; the table goes with the drawing,
+saved as ``<stem>.csv`` beside ``<stem>.png`` and ``.pdf``. ``curves`` (and so on) do both.
 
 - ``curves``: learning curves of each method's best trial on a common x-grid (each seed
-  interpolated onto the grid, then aggregated), with bootstrap bands;
-- ``final``: the objective per method (aggregate with its bootstrap interval), and across
-  several sweeps the normalised scores with a stratified bootstrap;
+  interpolated onto the grid, then aggregated), with its interval band at every point;
+- ``final``: the objective per method (aggregate with its interval, every seed a tick), and
+  across several sweeps the normalised scores with a stratified bootstrap;
 - ``profiles``: performance profiles (fraction of runs at least as good as tau);
 - ``best_of_k``: the expected best objective after k trials, with a bootstrap band;
 - ``sensitivity``: the objective against each tuned hyperparameter, per method.
 
-Every interval is drawn by ``workbench.stats.aggregates``. No pyplot: no backend, no global state.
+The axes' scales (log or linear) are chosen here, from the values the store holds. No pyplot:
+no backend, no global state.
 """
 
 from __future__ import annotations
@@ -25,10 +30,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, LogLocator, MaxNLocator, NullFormatter
 
-from workbench.report import captions, folder
-from workbench.report.data import SweepData, curve_on_grid, pooled_scores, range_edge
+from workbench.report import captions, figure_data, folder
+from workbench.report.data import SweepData, range_edge
 from workbench.stats import aggregates as stats
-from workbench.store import runs
 from workbench.store.study_record import ReportOptions
 
 # Paul Tol's colour-blind safe "muted" scheme without its pale grey (too faint for a line);
@@ -41,7 +45,6 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p", "d", "8"]
 UNITS = {"step": "step (optimizer updates)", "cost/samples": "samples seen",
          "cost/grad_evals": "gradient evaluations", "cost/loss_evals": "loss evaluations",
          "time/wall_seconds": "wall seconds (optimizer time)", "cost/tokens": "tokens"}
-BEST_OF_K_RESAMPLES = 200
 
 
 @dataclass
@@ -78,27 +81,29 @@ class Style:
 
 def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptions,
            style: Style) -> Drawing | None:
+    """Learning curves: ``figure_data.curves`` drawn by ``draw_curves``."""
+    return draw_curves(figure_data.curves(sweeps, metric, axis, options), sweeps, metric, axis,
+                       options, style)
+
+
+def draw_curves(numbers: figure_data.Numbers, sweeps: list[SweepData], metric: str, axis: str,
+                options: ReportOptions, style: Style) -> Drawing | None:
+    table = numbers.table
+    if table.empty:
+        return None
     fig, axes = _axes(len(sweeps))
-    used, drawn = [], False
     for ax, d in zip(axes, sweeps, strict=True):
         bands, centres = [], []
         for m in d.methods:
-            shown = _finite(m.seeds)  # a diverged held-out seed has no whole curve
-            if shown.empty:
+            rows = table[(table["sweep"] == d.name) & (table["method"] == m.label)]
+            if rows.empty:
                 continue
-            grid, values = curve_on_grid(d, shown["run_id"].tolist(), metric, axis)
-            if grid is None:
-                continue
-            centre = np.array([stats.aggregate(values[:, j], options.aggregate)
-                               for j in range(values.shape[1])])
-            low, high = stats.interval_band(values, options.aggregate, options.confidence,
-                                            bounds=d.bounds(metric))
+            grid, centre = rows["x"].to_numpy(dtype=float), rows["centre"].to_numpy(dtype=float)
             style.line(ax, m.label, grid, centre)
-            bands.append((grid, low, high, style.colour(m.label)))
+            bands.append((grid, rows["low"].to_numpy(dtype=float),
+                          rows["high"].to_numpy(dtype=float), style.colour(m.label)))
             centres.append(centre)
-            ax.lines[-1].set_label(f"{captions.name(m)} (n={values.shape[0]})")
-            used += shown["run_id"].tolist()
-            drawn = True
+            ax.lines[-1].set_label(f"{captions.name(m)} (n={int(rows['n_seeds'].iloc[0])})")
         history = d.history[d.history["key"] == metric]["value"]
         asked = options.log_axes.get(metric, [])  # the report's log_axes
         log = "y" in asked or (d.record.metric_directions.get(metric) == "minimize"
@@ -127,39 +132,45 @@ def curves(sweeps: list[SweepData], metric: str, axis: str, options: ReportOptio
         ax.legend(fontsize=7, ncol=2 if len(d.methods) > 7 else 1)
     _caption(fig, f"{metric} of each method's best trial: {options.aggregate} over seeds (n "
                   "in legend) with its band", sweeps, options)
-    return Drawing(folder.curves_stem(metric, axis), fig, used, sweeps) if drawn else None
+    return _drawing(folder.curves_stem(metric, axis), fig, numbers, sweeps)
 
 
 def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Drawing:
+    """Final performance: ``figure_data.final`` drawn by ``draw_final``."""
+    return draw_final(figure_data.final(sweeps, options), sweeps, options, style)
+
+
+def draw_final(numbers: figure_data.Numbers, sweeps: list[SweepData], options: ReportOptions,
+               style: Style) -> Drawing:
+    table = numbers.table
     several = len(sweeps) > 1
     fig, axes = _axes(len(sweeps) + several, width=5.5)
-    used = []
     if several:
-        _final_across(axes[-1], sweeps, options, style)
+        _final_across(axes[-1], table[table["kind"] == "pooled"], len(sweeps), style)
     for ax, d in zip(axes, sweeps, strict=False):
-        methods = [m for m in d.methods if not m.seeds.empty]
+        mine = table[table["sweep"] == d.name]
+        centres = mine[mine["kind"] == "aggregate"]
+        methods = {m.label: m for m in d.methods}
         bars = []  # per method: its seeds' values, the centre and the interval
-        for m in methods:
-            values = m.seeds["objective"].to_numpy(dtype=float)
-            bars.append((values, stats.aggregate(values, options.aggregate),
-                         stats.interval(values, options.aggregate, options.confidence,
-                                        d.bounds(d.metric))))
-            used += m.seeds["run_id"].tolist()
-        log = bool(methods) and d.direction == "minimize" and stats.wants_log_scale(
-            pd.concat([m.seeds["objective"] for m in methods]))
+        for row in centres.itertuples():
+            values = mine[(mine["kind"] == "seed") & (mine["method"] == row.method)]["value"]
+            bars.append((values.to_numpy(dtype=float), row.value, row.low, row.high))
+        log = bool(bars) and d.direction == "minimize" and stats.wants_log_scale(
+            mine[mine["kind"] == "seed"]["value"])
         floor = _final_floor(bars) if log else None
-        for i, (m, (values, centre, interval)) in enumerate(zip(methods, bars, strict=True)):
-            low, high = interval.low, interval.high
+        for i, (label, (values, centre, low, high)) in enumerate(
+                zip(centres["method"], bars, strict=True)):
             if floor is not None:  # an interval reaching 0 stops at the axis' end
                 low, high = max(low, floor), max(high, floor)
             err = None if math.isnan(low) else [[centre - low], [high - centre]]
-            ax.errorbar(centre, i, xerr=err, fmt=style.marker(m.label),
-                        color=style.colour(m.label), capsize=3)
+            ax.errorbar(centre, i, xerr=err, fmt=style.marker(label),
+                        color=style.colour(label), capsize=3)
             finite = values[np.isfinite(values)]  # every seed as a point below its interval
             ax.scatter(finite, np.full(finite.size, i - 0.18), marker="|", s=40,
-                       color=style.colour(m.label), alpha=0.7)
-        ax.set_yticks(range(len(methods)),
-                      [f"{captions.name(m)} (n={len(m.seeds)})" for m in methods])
+                       color=style.colour(label), alpha=0.7)
+        ax.set_yticks(range(len(bars)),
+                      [f"{captions.name(methods[row.method])} (n={row.n})"
+                       for row in centres.itertuples()])
         ax.set_xlabel(f"{d.metric} ({d.record.at}; "
                       f"{'lower' if d.direction == 'minimize' else 'higher'} is better)")
         if floor is not None:
@@ -169,58 +180,58 @@ def final(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Draw
         ax.grid(alpha=0.3, axis="x")
     _caption(fig, f"{options.aggregate.upper()} over seeds of each method's best trial with "
                   "its interval; ticks below: every seed", sweeps, options)
-    return Drawing("final", fig, used, sweeps)
+    return _drawing("final", fig, numbers, sweeps)
 
 
 def _final_floor(bars) -> float | None:
     """The left end of ``final``'s log axis: half the smallest positive seed value or centre
     (an interval reaching 0 or below stops there, as a curve's band does)."""
-    points = np.concatenate([np.append(values, centre) for values, centre, _ in bars])
+    points = np.concatenate([np.append(values, centre) for values, centre, _, _ in bars])
     points = points[np.isfinite(points) & (points > 0)]
     return float(points.min()) / 2 if points.size else None
 
 
-def _final_across(ax, sweeps: list[SweepData], options: ReportOptions, style: Style) -> None:
-    pooled = pooled_scores(sweeps)
-    if not pooled:
+def _final_across(ax, pooled: pd.DataFrame, count: int, style: Style) -> None:
+    if pooled.empty:
         ax.text(0.5, 0.5, "no method has runs on every sweep:\nno scores to pool",
                 ha="center", va="center", transform=ax.transAxes, fontsize=9)
         ax.set_axis_off()
-        ax.set_title(f"all {len(sweeps)} sweeps", fontsize=10)
+        ax.set_title(f"all {count} sweeps", fontsize=10)
         return
-    for i, (label, (scores, strata)) in enumerate(pooled.items()):
-        centre = stats.aggregate(scores, options.aggregate)
-        low, high = stats.bootstrap_ci(scores, options.aggregate, options.confidence,
-                                       options.resamples, strata=strata)
+    for i, row in enumerate(pooled.itertuples()):
+        centre, low, high = row.value, row.low, row.high
         err = None if math.isnan(low) else [[centre - low], [high - centre]]
-        ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(label), capsize=3)
-    ax.set_yticks(range(len(pooled)), [f"{k} (n={len(v[0])})" for k, v in pooled.items()])
+        ax.errorbar(centre, i, xerr=err, fmt="o", color=style.colour(row.method), capsize=3)
+    ax.set_yticks(range(len(pooled)), [f"{row.method} (n={row.n})"
+                                       for row in pooled.itertuples()])
     ax.set_xlabel("normalised score per sweep (1 = best run, 0 = worst; higher is better)")
-    ax.set_title(f"all {len(sweeps)} sweeps: stratified percentile bootstrap",
+    ax.set_title(f"all {count} sweeps: stratified percentile bootstrap",
                  fontsize=10)
     ax.grid(alpha=0.3, axis="x")
 
 
 def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
+    """Performance profiles: ``figure_data.profiles`` drawn by ``draw_profiles``."""
+    return draw_profiles(figure_data.profiles(sweeps), sweeps, style)
+
+
+def draw_profiles(numbers: figure_data.Numbers, sweeps: list[SweepData],
+                  style: Style) -> Drawing:
+    table = numbers.table
     fig, axes = _axes(len(sweeps), width=5.5)
-    used = []
     for ax, d in zip(axes, sweeps, strict=True):
-        methods = [m for m in d.methods if not m.seeds.empty]
-        everything = np.concatenate([m.seeds["objective"].to_numpy(dtype=float)
-                                     for m in methods]) if methods else np.array([])
-        everything = everything[np.isfinite(everything)]
-        if everything.size == 0:
+        mine = table[table["sweep"] == d.name]
+        if mine.empty:
             continue
-        log = (d.direction == "minimize" and (everything > 0).all()
-               and everything.max() > 20 * everything.min())
-        taus = (np.geomspace(everything.min(), everything.max(), 200) if log
-                else np.linspace(everything.min(), everything.max(), 200))
-        for m in methods:
-            frac = stats.performance_profile(m.seeds["objective"], taus, d.direction)
-            style.line(ax, m.label, taus, frac, drawstyle="steps-post")
-            ax.lines[-1].set_label(f"{captions.name(m)} (n={len(m.seeds)})")
-            used += m.seeds["run_id"].tolist()
-        if log:
+        taus = mine["tau"].to_numpy(dtype=float)
+        for m in d.methods:
+            rows = mine[mine["method"] == m.label]
+            if rows.empty:
+                continue
+            style.line(ax, m.label, rows["tau"].to_numpy(dtype=float),
+                       rows["fraction"].to_numpy(dtype=float), drawstyle="steps-post")
+            ax.lines[-1].set_label(f"{captions.name(m)} (n={int(rows['n_seeds'].iloc[0])})")
+        if figure_data.profile_log(d.direction, taus):
             _log_axis(ax, "x")
         sign = "≤" if d.direction == "minimize" else "≥"
         ax.set_xlabel(f"threshold τ on {d.metric}")
@@ -229,31 +240,34 @@ def profiles(sweeps: list[SweepData], style: Style) -> Drawing:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     _caption(fig, "Performance profiles of each method's best trial over seeds", sweeps)
-    return Drawing("profiles", fig, used, sweeps)
+    return _drawing("profiles", fig, numbers, sweeps)
 
 
 def best_of_k(sweeps: list[SweepData], options: ReportOptions, style: Style) -> Drawing:
+    """The tuning budget: ``figure_data.best_of_k`` drawn by ``draw_best_of_k``."""
+    return draw_best_of_k(figure_data.best_of_k(sweeps, options), sweeps, style)
+
+
+def draw_best_of_k(numbers: figure_data.Numbers, sweeps: list[SweepData],
+                   style: Style) -> Drawing:
+    table = numbers.table
     fig, axes = _axes(len(sweeps), width=5.5)
-    used = []
-    rng = np.random.default_rng(0)  # one stream for every band, drawn in turn
     for ax, d in zip(axes, sweeps, strict=True):
         shown = []
         for m in d.methods:
-            values = m.trials[m.trials["status"] == runs.FINISHED]["objective"].dropna()
-            values = values.to_numpy(dtype=float)
-            if values.size == 0:
+            rows = table[(table["sweep"] == d.name) & (table["method"] == m.label)]
+            if rows.empty:
                 continue
-            shown.append(values)
-            curve = stats.expected_best_of_k(values, d.direction)
-            k = np.arange(1, values.size + 1)
-            style.line(ax, m.label, k, curve, markevery=1)
-            ax.lines[-1].set_label(f"{m.label} ({values.size} complete trials)")
-            if values.size > 1:
-                low, high = stats.best_of_k_band(values, d.direction, options.confidence,
-                                                 BEST_OF_K_RESAMPLES, seed=rng)
-                ax.fill_between(k, low, high, color=style.colour(m.label), alpha=0.15,
-                                linewidth=0)
-            used += m.trials["run_id"].tolist()
+            shown.append(figure_data.complete_trials(m))  # the axis' scale: as the trials'
+            k = rows["k"].to_numpy()
+            style.line(ax, m.label, k, rows["expected_best"].to_numpy(dtype=float),
+                       markevery=1)
+            n = int(rows["n_trials"].iloc[0])
+            ax.lines[-1].set_label(f"{m.label} ({n} complete trials)")
+            if n > 1:
+                ax.fill_between(k, rows["low"].to_numpy(dtype=float),
+                                rows["high"].to_numpy(dtype=float), color=style.colour(m.label),
+                                alpha=0.15, linewidth=0)
         if shown and d.direction == "minimize":  # as the curves and the final figure do
             _log_if_wide(ax, np.concatenate(shown), "y")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -265,25 +279,31 @@ def best_of_k(sweeps: list[SweepData], options: ReportOptions, style: Style) -> 
     fig.suptitle("Tuning budget: expected best objective after k trials (Dodge et al. "
                  "2019), bootstrap band over trials", fontsize=10)
     fig.tight_layout()
-    return Drawing("best_of_k", fig, used, sweeps)
+    return _drawing("best_of_k", fig, numbers, sweeps)
 
 
 def sensitivity(d: SweepData, style: Style) -> Drawing | None:
+    """Sensitivity to each tuned hyperparameter: ``figure_data.sensitivity`` drawn by
+    ``draw_sensitivity``."""
+    return draw_sensitivity(figure_data.sensitivity(d), d, style)
+
+
+def draw_sensitivity(numbers: figure_data.Numbers, d: SweepData,
+                     style: Style) -> Drawing | None:
     tuned = [(m, name) for m in d.methods for name in m.space]
     if not tuned:
         return None
+    table = numbers.table
     cols = min(4, len(tuned))
     rows = math.ceil(len(tuned) / cols)
     fig = Figure(figsize=(4 * cols, 3.2 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
-    used = []
     params = d.params.set_index("run_id") if "run_id" in d.params else pd.DataFrame()
     for ax, (m, name) in zip(axes.flat, tuned, strict=False):
-        done = m.trials[(m.trials["status"] == runs.FINISHED) & m.trials["objective"].notna()]
-        pruned = m.trials[m.trials["status"] == runs.KILLED]
+        mine = table[(table["method"] == m.label) & (table["hyperparameter"] == name)]
+        done, pruned = mine[mine["status"] == "complete"], mine[mine["status"] == "pruned"]
+        x, x_pruned = done["x"].to_numpy(dtype=float), pruned["x"].to_numpy(dtype=float)
         dist = m.space[name]
-        x, x_pruned = (_positions(params.reindex(t["run_id"]).get(name, pd.Series(
-            dtype=object)), dist) for t in (done, pruned))
         if isinstance(dist, od.CategoricalDistribution):
             ax.set_xticks(range(len(dist.choices)), [str(c) for c in dist.choices])
         else:
@@ -302,7 +322,6 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
         if len(x_pruned):  # no objective: a tick on the bottom edge where each was tried
             ax.scatter(x_pruned, np.full(len(x_pruned), 0.03), marker="x", s=22,
                        color="0.45", transform=ax.get_xaxis_transform(), clip_on=False)
-        used += done["run_id"].tolist() + pruned["run_id"].tolist()
         title = f"{m.label}: {name.split('.', 1)[-1]}"
         edge = _best_edge(params, m, name, dist)
         if edge:
@@ -318,16 +337,13 @@ def sensitivity(d: SweepData, style: Style) -> Drawing | None:
                  "hyperparameter (dashed: the search range; x on the bottom edge: a pruned "
                  "or diverged trial)", fontsize=10)
     fig.tight_layout()
-    return Drawing(folder.sensitivity_stem(d.name), fig, used, [d])
+    return _drawing(folder.sensitivity_stem(d.name), fig, numbers, [d])
 
 
-def _positions(raw: pd.Series, dist) -> np.ndarray:
-    """Where values of a hyperparameter go on its axis: the number, or a choice's index."""
-    if isinstance(dist, od.CategoricalDistribution):
-        labels = [str(c) for c in dist.choices]
-        return np.array([labels.index(str(v)) if str(v) in labels else np.nan for v in raw],
-                        dtype=float)
-    return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+def _drawing(stem: str, fig: Figure, numbers: figure_data.Numbers,
+             sweeps: list[SweepData]) -> Drawing:
+    """The drawing with its numbers, saved beside it as ``<stem>.csv``."""
+    return Drawing(stem, fig, numbers.run_ids, sweeps, {".csv": numbers.csv()})
 
 
 def _best_edge(params: pd.DataFrame, m, name: str, dist) -> str | None:
@@ -337,8 +353,7 @@ def _best_edge(params: pd.DataFrame, m, name: str, dist) -> str | None:
     return range_edge(params.loc[m.best_run, name], dist)
 
 
-def _finite(seeds: pd.DataFrame) -> pd.DataFrame:
-    return seeds[np.isfinite(seeds["objective"].to_numpy(dtype=float))]
+_finite = figure_data.finite_seeds
 
 
 def _caption(fig: Figure, title: str, sweeps: list[SweepData],

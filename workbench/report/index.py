@@ -1,5 +1,5 @@
 """The report's ``index.html``: each sweep's table, then every figure, with links to the other
-formats and to each file's provenance."""
+formats, to the CSV of each figure's numbers and to each file's provenance."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def index_page(title: str, created: str, sweeps: list[SweepData], out: Path,
              + ", ".join(html.escape(f"{d.name} (task {d.record.task}, "
                                      f"{len(d.record.seeds)} seeds)") for d in sweeps)
              + ". Every figure and table has a JSON file beside it with its query, run "
-               "ids, git commits and statistics settings.</p>"]
+               "ids, git commits and statistics settings; every figure the numbers it draws "
+               "as CSV.</p>"]
     for d in sweeps:
         stem = folder.table_stem(d.name)
         parts.append(f"<h2>{html.escape(d.name)}</h2>")
@@ -34,9 +35,12 @@ def index_page(title: str, created: str, sweeps: list[SweepData], out: Path,
         poi = out / f"{folder.improvement_stem(d.name)}.md"
         if poi.exists():
             parts.append(f"<p><a href='{poi.name}'>Probability of improvement</a></p>")
+    names = {path.name for path in written}
     for path in written:
         if path.suffix == ".png":
+            numbers = (f" · <a href='{path.stem}.csv'>numbers (CSV)</a>"
+                       if f"{path.stem}.csv" in names else "")
             parts.append(f"<h3>{html.escape(path.stem)}</h3><img src='{path.name}' "
                          f"alt='{html.escape(path.stem)}'><p><a href='{path.stem}.pdf'>"
-                         f"PDF</a> · <a href='{path.stem}.json'>provenance</a></p>")
+                         f"PDF</a>{numbers} · <a href='{path.stem}.json'>provenance</a></p>")
     return "\n".join(parts)

@@ -36,12 +36,16 @@ class Provenance:
                 "studies": "current ones (superseded only when asked); each keyed by its "
                            "fingerprint, listed under 'fingerprints'"}
 
-    def write(self, path: Path, run_ids, sweeps: list[SweepData]) -> None:
-        """``path`` with the suffix ``.json``: the provenance of the file at ``path``."""
+    def write(self, path: Path, run_ids, sweeps: list[SweepData],
+              files: list[str] | None = None) -> None:
+        """``path`` with the suffix ``.json``: the provenance of the file at ``path`` and of
+        ``files``, the names of the others it covers (a figure's PDF and the CSV of its
+        numbers, a table's other formats)."""
         runs = pd.concat([d.runs for d in sweeps])
         used = runs[runs["run_id"].isin(set(run_ids))]
         record = {
-            "artifact": path.name, "created": self.created,
+            "artifact": path.name, "files": sorted({path.name, *(files or [])}),
+            "created": self.created,
             "query": {"store": sorted({redact(d.storage) for d in sweeps}),
                       "experiments": {d.name: d.experiment for d in sweeps},
                       "filters": "runs.lifecycle_stage = 'active'; tags workbench.kind in "
