@@ -370,7 +370,8 @@ def test_norm_test_grows_the_batch_as_the_gradient_shrinks():
 
 # ---- shared behaviour -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["linear_ramp", "geometric_ramp", "noise_scale", "norm_test"])
+@pytest.mark.parametrize("name", ["linear_ramp", "geometric_ramp", "noise_scale", "norm_test",
+                                  "wsd_batch"])
 def test_bounds_follow_the_task(name):
     info = {"batch_size": 8, "n_samples": 5}
     # min_size above n_samples is lowered to it; max_size 0 is n_samples
@@ -384,6 +385,7 @@ def test_bounds_follow_the_task(name):
     ("geometric_ramp", {"start_size": 2, "trigger": "steps", "every_steps": 5}),
     ("noise_scale", {"every": 5}),
     ("norm_test", {"eta": 0.5}),
+    ("wsd_batch", {"start_size": 2, "smoothing": 0.0, "loss_ratio": 0.9}),
 ])
 def test_a_method_instance_restarts_fresh(name, params):
     m = method(name, **params)

@@ -143,7 +143,8 @@ FLOAT32 = 1e-4  # the networks train in float32: batched and single matmuls roun
 
 
 @pytest.mark.parametrize(("model", "method"), [("mlp", "sgd_momentum"), ("mlp", "polyak"),
-                                               ("cnn", "adam"), ("cnn", "armijo")])
+                                               ("cnn", "adam"), ("cnn", "armijo"),
+                                               ("mlp", "subset_norm")])
 def test_an_ensemble_of_networks_matches_each_network_trained_alone(model, method):
     """The MLP/CNN on a seed axis: S networks, stacked and mapped with vmap, each with its own
     split, initialisation and minibatches; validation every third step as alone."""
