@@ -453,7 +453,8 @@ def test_a_study_superseded_after_a_kill_leaves_no_run_running(write_spec, tmp_p
     import subprocess
     import sys
 
-    from workbench.engine import Claims, TrialRunner
+    from workbench.engine.claims import Claims
+    from workbench.engine.trial import TrialRunner
     from workbench.store.run_writer import RunWriter
     from workbench.store.sink import MetricSink
 
