@@ -153,8 +153,8 @@ def test_pendulum_and_gymnasium_backend_run():
 
 
 def test_the_task_provides_exactly_the_advantage_inputs_its_rollout_gives():
-    """A method needing an input the loop never gives (old_log_probs, mc_values) is refused
-    by the spec check, not left to crash in the first update."""
+    """A method needing an input the loop never gives (mc_values) is refused by the spec
+    check, not left to crash in the first update."""
     env = make("CartPole-v1", 2, seed=0)
     agent = ActorCritic(env.obs_dim, n_actions=env.n_actions, hidden=4, layers=1)
     rollout, _ = collect(env, agent, env.reset(seed=0), 3)
@@ -165,3 +165,79 @@ def test_the_task_provides_exactly_the_advantage_inputs_its_rollout_gives():
     assert task.provides & set(advantage.REQUIRABLE) == given == ADVANTAGE_INPUTS
     spo = registry.get("advantage", "spo_chain")
     assert not spo.requirements(spo().params) <= task.provides
+
+
+# ---- policy_lag: an asynchronous actor's stale policy -------------------------------------
+
+def test_the_lagged_policy_acts_with_the_parameters_of_k_updates_before():
+    from workbench.testbeds.control.loop import LaggedPolicy, learner_log_probs
+
+    env = make("CartPole-v1", 3, seed=0, dtype=torch.float64)
+    torch.manual_seed(0)
+    agent = ActorCritic(env.obs_dim, n_actions=env.n_actions, hidden=8, layers=1).double()
+    lagged = LaggedPolicy(agent, 2)
+    initial = [p.detach().clone() for p in agent.parameters()]
+    seen = []
+    for update in range(4):
+        behaviour = lagged.step()
+        seen.append([p.detach().clone() for p in behaviour.parameters()])
+        with torch.no_grad():  # an update moves every parameter
+            for p in agent.parameters():
+                p.add_(0.1 * (update + 1))
+    # updates 0, 1, 2 act with the initial parameters (0, 1: none older), update 3 with those
+    # after update 0
+    for k in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(seen[k], initial, strict=True))
+    assert all(torch.equal(a, b + 0.1) for a, b in zip(seen[3], initial, strict=True))
+    rollout, _ = collect(env, agent, env.reset(seed=0), 5, torch.Generator().manual_seed(1),
+                         behaviour=behaviour)
+    obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
+    with torch.no_grad():
+        assert torch.allclose(rollout.log_probs.flatten(), behaviour.evaluate(obs, actions)[0])
+        assert torch.allclose(rollout.values.flatten(), agent.value(obs))  # the learner's critic
+        target = learner_log_probs(agent, rollout)
+        assert torch.allclose(target.flatten(), agent.evaluate(obs, actions)[0])
+    assert not torch.allclose(target, rollout.log_probs)
+    rollout.target_log_probs = target
+    batch = rollout.advantage_batch()
+    assert torch.equal(batch.old_log_probs, rollout.log_probs.T)
+    assert torch.equal(batch.target_log_probs, target.T)
+
+
+def test_on_policy_the_target_log_probs_are_the_behaviours():
+    env = make("CartPole-v1", 2, seed=0)
+    agent = ActorCritic(env.obs_dim, n_actions=env.n_actions, hidden=4, layers=1)
+    rollout, _ = collect(env, agent, env.reset(seed=0), 3)
+    batch = rollout.advantage_batch()
+    assert torch.equal(batch.target_log_probs, batch.old_log_probs)
+    assert torch.equal(batch.old_log_probs, rollout.log_probs.T)
+
+
+@pytest.mark.parametrize("advantage, evaluated", [("vtrace", 4), ("gae", 0)])
+def test_a_policy_lag_evaluates_the_learner_only_for_a_method_that_reads_it(
+        monkeypatch, advantage, evaluated):
+    from workbench.testbeds.control import loop
+
+    calls = []
+    original = loop.learner_log_probs
+    monkeypatch.setattr(loop, "learner_log_probs",
+                        lambda *a: calls.append(1) or original(*a))
+    result, logged = run_task("cartpole", Budget(steps=4),
+                              methods={"advantage": method("advantage", advantage)},
+                              policy_lag=2, num_envs=4, rollout_len=16)
+    assert result["steps"] == 4 and not result["diverged"]
+    assert all(math.isfinite(m["train/value_loss"]) for _, m in logged)
+    assert len(calls) == evaluated
+
+
+def test_a_policy_lag_is_refused_on_the_seed_axis():
+    from workbench.testbeds.control.loop import LoopSettings
+    from workbench.testbeds.control.seed_axis import train_seeds
+
+    task = get_task("cartpole")
+    assert task.seed_axis_problem(task.Params()) is None
+    why = task.seed_axis_problem(task.Params(policy_lag=2))
+    assert why is not None and "policy_lag" in why
+    with pytest.raises(ValueError, match="policy_lag"):
+        train_seeds(None, None, {}, LoopSettings.from_flat(task.Params(policy_lag=1)),
+                    budget=Budget(steps=1), seeds=[0], log=lambda *_: None)

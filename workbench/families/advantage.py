@@ -11,19 +11,19 @@ values (8, 13), mask (8, 12; float, right-padded rows), group_ids (8,; four grou
 shuffled), dones (8, 12), terminated (8, 12; the rows that end early and one other done are
 terminal, the remaining done is a truncation), next_values (8, 12; values[:, 1:] except at the
 truncation), reward_baselines (8,), anchor_ids (8, 12; three states, so they recur),
-old_log_probs (8, 12), ref_log_probs (8, 12), mc_values (8, 13), tree_ids (8,; the two rows of
-each of two groups are one tree, the rows of the other groups each a tree of one leaf),
-node_ids (8, 12; the rows of one tree share their first two steps' nodes), rubric (8, 12, 3;
-sparse -1/0/1 annotations, 0 at padding, one row without any) and rubric_weights (8, 3; one
-item weighs 0), float64 and seeded. It returns a pair of finite tensors of the shape of
-rewards; it is a pure function (same inputs, same outputs; inputs not modified in place);
-changing rewards, values, next_values, dones, terminated, old_log_probs, ref_log_probs,
-node_ids and rubric at padded positions changes nothing at valid ones (values of the state of
-a valid step or of the state after one are kept); a method reading mc_values names through
-``value_request`` only states valid steps start from, with at least one continuation, and
-changing mc_values elsewhere changes nothing; each declared invariant holds
-(``zero_mean_per_group``: atol 1e-6; ``row_independent``: the
-rows computed in two calls, 0-2 and 3-7, equal one call's to 1e-12).
+old_log_probs (8, 12), ref_log_probs (8, 12), target_log_probs (8, 12), mc_values (8, 13),
+tree_ids (8,; the two rows of each of two groups are one tree, the rows of the other groups
+each a tree of one leaf), node_ids (8, 12; the rows of one tree share their first two steps'
+nodes), rubric (8, 12, 3; sparse -1/0/1 annotations, 0 at padding, one row without any) and
+rubric_weights (8, 3; one item weighs 0), float64 and seeded. It returns a pair of finite
+tensors of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not
+modified in place); changing rewards, values, next_values, dones, terminated, old_log_probs,
+ref_log_probs, target_log_probs, node_ids and rubric at padded positions changes nothing at
+valid ones (values of the state of a valid step or of the state after one are kept); a method
+reading mc_values names through ``value_request`` only states valid steps start from, with at
+least one continuation, and changing mc_values elsewhere changes nothing; each declared
+invariant holds (``zero_mean_per_group``: atol 1e-6; ``row_independent``: the rows computed in
+two calls, 0-2 and 3-7, equal one call's to 1e-12).
 """
 
 from __future__ import annotations
@@ -109,6 +109,11 @@ class AdvantageBatch:
         "(B, T) float: the log-probability of each step's action (token) under the reference "
         "policy, a frozen copy of the policy as training began (the loop keeps one only for a "
         "method that reads it); any value at padding")
+    target_log_probs: torch.Tensor | None = _input(
+        "(B, T) float: the log-probability of each step's action under the policy being "
+        "trained (the learner's), where the steps were sampled by an older one (off-policy "
+        "data: old_log_probs is the sampler's); equal to old_log_probs on-policy; any value at "
+        "padding")
 
     def provided(self) -> frozenset[str]:
         """The names of the fields this batch fills (not None)."""
@@ -274,10 +279,14 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
 
 
 def _reference_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """ref_log_probs (its own stream, so the other inputs stay as they were)."""
+    """ref_log_probs and target_log_probs (their own stream, so the other inputs stay as
+    they were)."""
     gen = torch.Generator().manual_seed(5)
     return {"ref_log_probs": torch.log(torch.rand(mask.shape, generator=gen,
-                                                  dtype=torch.float64).clamp(min=0.05))}
+                                                  dtype=torch.float64).clamp(min=0.05)),
+            # the learner's: ratios to old_log_probs on both sides of 1
+            "target_log_probs": torch.log(torch.rand(mask.shape, generator=gen,
+                                                     dtype=torch.float64).clamp(min=0.05))}
 
 
 def _judged_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -319,6 +328,8 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         out["old_log_probs"] = torch.where(padded, -noise, out["old_log_probs"])
     if "ref_log_probs" in out:
         out["ref_log_probs"] = torch.where(padded, noise, out["ref_log_probs"])
+    if "target_log_probs" in out:
+        out["target_log_probs"] = torch.where(padded, noise, out["target_log_probs"])
     if "mc_values" in out:  # a state after the last valid step may be named: keep it
         kept = torch.zeros(out["mc_values"].shape, dtype=torch.bool)
         kept[:, :-1] |= ~padded

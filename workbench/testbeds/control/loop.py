@@ -8,6 +8,13 @@ rollout length, or N, the number of environments, as ``batch_axis`` says, holdin
 fixed; b is rounded to a multiple of the fixed one; PPO cuts b into as many minibatches as
 the slot's ``minibatches`` says, by default ``ppo.minibatches``).
 
+With ``policy_lag`` = k > 0 the rollout is collected by ``LaggedPolicy``, a frozen copy of
+the network holding its parameters of k updates before (an asynchronous actor's stale
+policy), while the current critic gives the values; the rollout's ``log_probs`` are the
+behaviour's, so PPO's ratio is taken against them, and for an advantage method that reads
+``target_log_probs`` (``vtrace``) the current policy's log-probabilities of the taken actions
+are computed after the rollout (``learner_log_probs``). k = 0 runs the code of before.
+
 Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
 ``budget.wall_seconds``, or a non-finite loss or parameter (reported as diverged).
 
@@ -16,7 +23,8 @@ optimisation testbeds' ``Task.run`` is their seed-axis loop with one seed
 (``optimisation.seed_axis.train_one``; issue 34):
 
 - the seed axis cannot take every configuration this loop takes: the Gymnasium backend and
-  any environment outside ``envs.TORCH_ENVS`` (``Control.seed_axis_problem``), and the
+  any environment outside ``envs.TORCH_ENVS``, ``policy_lag`` > 0 (the lagged copies of
+  ``LaggedPolicy``; all in ``Control.seed_axis_problem``), and the
   methods that declare ``vectorised = False`` (entropy ``kl_cov``, whose kink at
   log pi = log pi_old lets a last-bit difference set its gradient);
 - one seed on the axis does not give this loop's numbers in float32, the default dtype: the
@@ -36,6 +44,7 @@ The parity tests (``tests/test_control_seed_axis.py``, float64) hold the two loo
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections import deque
@@ -70,6 +79,10 @@ class RolloutSettings(Settings):
                                                                 "per update")
     batch_axis: Literal["rollout_len", "num_envs"] = Field(
         "rollout_len", description="what the batch_size slot changes")
+    policy_lag: int = Field(
+        0, ge=0, le=10_000, description="rollouts are collected by the policy as it was "
+        "policy_lag updates ago (the initial one before that), as an asynchronous actor's "
+        "would be; values still come from the current critic; 0: on-policy")
 
 
 class LoopSettings(RolloutSettings):
@@ -96,6 +109,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     minibatch_order = seeds.torch_generator(seed, "minibatches")
     action_draws = seeds.torch_generator(seed, "actions", device=device)
 
+    behaviour = LaggedPolicy(agent, settings.policy_lag) if settings.policy_lag else None
     if num_envs != env.num_envs:
         env.resize(num_envs)
     obs = env.reset(seed=seeds.int_seed(seed, "env"))
@@ -109,7 +123,13 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         # 1. rollout
         if num_envs != env.num_envs:
             obs = env.resize(num_envs)
-        rollout, obs = collect(env, agent, obs, horizon, action_draws)
+        if behaviour is None:
+            rollout, obs = collect(env, agent, obs, horizon, action_draws)
+        else:
+            rollout, obs = collect(env, agent, obs, horizon, action_draws,
+                                   behaviour=behaviour.step())
+            if "target_log_probs" in advantage_inputs:
+                rollout.target_log_probs = learner_log_probs(agent, rollout)
         env_steps += rollout.size
         episodes = rollout.episode_stats()
         if episodes:
@@ -154,6 +174,31 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
             num_envs, horizon = _reshape(wanted, num_envs, horizon, settings.batch_axis)
     return {**metrics, "steps": update, "diverged": diverged,
             "env_steps": env_steps, "device": str(device)}
+
+
+class LaggedPolicy:
+    """The behaviour policy of ``policy_lag`` = k: a frozen copy of ``agent`` loaded, at each
+    ``step()`` (once per update, before the rollout), with ``agent``'s parameters as they were
+    k updates before (the initial ones during the first k updates)."""
+
+    def __init__(self, agent: ActorCritic, lag: int):
+        self.agent = agent
+        self.copy = copy.deepcopy(agent).requires_grad_(False)
+        self.snapshots: deque[dict[str, torch.Tensor]] = deque(maxlen=lag + 1)
+
+    def step(self) -> ActorCritic:
+        """Record the current parameters; the copy with those of ``lag`` updates ago."""
+        self.snapshots.append({k: v.detach().clone()
+                               for k, v in self.agent.state_dict().items()})
+        self.copy.load_state_dict(self.snapshots[0])
+        return self.copy
+
+
+@torch.no_grad()
+def learner_log_probs(agent: ActorCritic, rollout: Rollout) -> torch.Tensor:
+    """(T, N): the current policy's log-probabilities of the rollout's actions."""
+    log_probs, _ = agent.evaluate(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1))
+    return log_probs.view(rollout.log_probs.shape)
 
 
 def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mapping[str, float],

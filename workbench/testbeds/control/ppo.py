@@ -4,7 +4,10 @@ implementation details of PPO"), with the four family slots plugged in.
 
 Per update u:
 
-1. rollout: T steps of N environments with the current policy (``rollout``);
+1. rollout: T steps of N environments with the current policy (``rollout``), or with
+   ``policy_lag`` = k the policy of k updates before (an asynchronous actor's stale data);
+   pi_old below is then that behaviour policy, whose log-probabilities the rollout stores,
+   so the ratio is taken against the policy that sampled the actions;
 2. advantages: ``A, R = advantage.compute(rewards, values, dones, terminated, next_values)``;
    optionally standardised over the batch (``advantage_norm="batch"``) or per minibatch;
 3. entropy coefficient: ``c = entropy.coefficient(u, mean entropy of the rollout)``;

@@ -42,6 +42,9 @@ class Rollout:
     episode_returns: torch.Tensor  # returns of the episodes that ended in this rollout
     episode_lengths: torch.Tensor
     episode_envs: torch.Tensor | None = None  # the environment (column) of each
+    # the learner's log-probabilities of the actions, where an older policy acted
+    # (``policy_lag``); None: the learner acted, they are ``log_probs``
+    target_log_probs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -49,8 +52,9 @@ class Rollout:
 
     def advantage_batch(self) -> AdvantageBatch:
         """The advantage family's inputs (``control_batch``): rows = environments, (N, T)."""
+        target = self.log_probs if self.target_log_probs is None else self.target_log_probs
         return control_batch(self.rewards, self.values, self.last_value, self.dones,
-                             self.terminated, self.next_values)
+                             self.terminated, self.next_values, self.log_probs, target)
 
     def as_advantage_inputs(self) -> dict[str, torch.Tensor]:
         """``advantage_batch()`` as a dict of every input it fills."""
@@ -68,7 +72,9 @@ class Rollout:
             dones=self.dones[:, cols], terminated=self.terminated[:, cols],
             next_values=self.next_values[:, cols], last_value=self.last_value[cols],
             episode_returns=self.episode_returns[ended],
-            episode_lengths=self.episode_lengths[ended])
+            episode_lengths=self.episode_lengths[ended],
+            target_log_probs=None if self.target_log_probs is None
+            else self.target_log_probs[:, cols])
 
     def episode_stats(self) -> dict[str, float]:
         if self.episode_returns.numel() == 0:
@@ -80,12 +86,14 @@ class Rollout:
 
 @torch.no_grad()
 def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor, horizon: int,
-            generator: torch.Generator | None = None,
-            by_index: bool | None = None) -> tuple[Rollout, torch.Tensor]:
+            generator: torch.Generator | None = None, by_index: bool | None = None,
+            behaviour: ActorCritic | None = None) -> tuple[Rollout, torch.Tensor]:
     """Run ``horizon`` steps from ``obs``, actions drawn with ``generator`` (None: torch's
     global RNG); returns the rollout and the observation after it. ``by_index``: see
-    ``_collect``."""
-    return _collect(env, obs, horizon, lambda o: agent.sample(o, generator), agent.value,
+    ``_collect``. ``behaviour``: the policy that acts (its log-probabilities and entropies
+    are stored) where it is not ``agent``, whose critic still gives every value."""
+    actor = agent if behaviour is None else behaviour
+    return _collect(env, obs, horizon, lambda o: actor.sample(o, generator), agent.value,
                     lambda final, cut: agent.value(final[cut]), by_index)
 
 

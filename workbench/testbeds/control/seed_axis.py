@@ -62,11 +62,18 @@ if TYPE_CHECKING:
     from workbench.common.budget import Budget, SeedsLogFn
 
 
+#: why ``policy_lag`` > 0 runs its seeds one at a time
+LAG_ON_THE_SEED_AXIS = ("policy_lag > 0 acts with a lagged copy of each seed's network, which "
+                        "the seed axis does not keep (its seeds run one at a time)")
+
+
 def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str, Any],
                 settings: LoopSettings, *, budget: Budget, seeds: Sequence[int],
                 log: SeedsLogFn) -> list[dict[str, Any]]:
     """``loop.train`` for seeds ``seeds`` at once (``env.streams`` = S blocks, seed s's
     block and network s); each seed's final metrics."""
+    if settings.policy_lag:
+        raise ValueError(LAG_ON_THE_SEED_AXIS)
     n_seeds, device = len(seeds), env.device
     num_envs, horizon = settings.num_envs, settings.rollout_len
     total_updates = budget.planned_steps(num_envs * horizon)

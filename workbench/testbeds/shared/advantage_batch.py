@@ -19,18 +19,22 @@ from workbench.families import AdvantageBatch
 
 #: the inputs ``control_batch`` fills
 CONTROL_INPUTS = AdvantageBatch.names("rewards", "values", "dones", "terminated",
-                                      "next_values", "mask")
+                                      "next_values", "mask", "old_log_probs",
+                                      "target_log_probs")
 
 
 def control_batch(rewards: torch.Tensor, values: torch.Tensor, last_value: torch.Tensor,
-                  dones: torch.Tensor, terminated: torch.Tensor,
-                  next_values: torch.Tensor) -> AdvantageBatch:
+                  dones: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
+                  log_probs: torch.Tensor, target_log_probs: torch.Tensor) -> AdvantageBatch:
     """From a rollout's (T, N) tensors and ``last_value`` (N,) = V(o_T): rows = environments,
-    (N, T), values (N, T + 1) = [V(o_0), ..., V(o_T)], every step valid."""
+    (N, T), values (N, T + 1) = [V(o_0), ..., V(o_T)], every step valid; ``log_probs`` the
+    acting (behaviour) policy's, ``target_log_probs`` the learner's (the same tensor when the
+    learner acted)."""
     return AdvantageBatch(
         rewards=rewards.T, values=torch.cat([values, last_value[None]], dim=0).T,
         dones=dones.T, terminated=terminated.T, next_values=next_values.T,
-        mask=torch.ones_like(rewards.T))
+        mask=torch.ones_like(rewards.T), old_log_probs=log_probs.T,
+        target_log_probs=target_log_probs.T)
 
 
 #: the inputs ``episode_batch`` fills from every batch of episodes (values and next_values
