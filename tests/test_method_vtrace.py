@@ -153,7 +153,7 @@ def test_workbench_run_cartpole_with_vtrace_and_a_policy_lag(tmp_path):
 
 def test_a_sweep_with_a_policy_lag_runs_its_seeds_one_at_a_time():
     from workbench.common.validation import SpecError
-    from workbench.spec.sweep import sweep as spec
+    from workbench.spec import sweep as spec
 
     def document(seeds: str) -> dict:
         return {"name": "lag", "task": {"name": "cartpole", "params": {"policy_lag": 2}},
