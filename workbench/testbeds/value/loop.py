@@ -13,6 +13,9 @@ Per environment step (all N environments at once):
    a. draw a replay batch of b transitions uniformly, b the batch-size slot's size (clamped
       to [1, ``buffer_size``]: the slot's ``n_samples`` is the buffer's capacity);
    b. y = ``td_target`` (double DQN with ``double_dqn``), computed once, before the step;
+      with ``target`` ``n_step`` or ``retrace``, ``multi_step_target`` on the drawn
+      transitions and the ``n_steps`` - 1 that followed each (``sample_sequences``; the
+      behaviour probabilities stored at acting time, ``act_with_probs``);
    c. one optimizer step of the step-size slot on L = ``td_loss(Q(s, a), y)``
       (``families.minibatch_step``: gradients clipped to ``max_grad_norm`` if set); the loss
       is a fixed function of the parameters on the batch, so a line search may re-evaluate it;
@@ -48,7 +51,9 @@ from workbench.testbeds.value.dqn import (
     QNetwork,
     ReplayBuffer,
     act,
+    act_with_probs,
     epsilon_at,
+    multi_step_target,
     td_loss,
     td_target,
     update_target,
@@ -87,11 +92,21 @@ class DQNSettings(Settings):
     huber_delta: float = Field(1.0, gt=0.0)
     double_dqn: bool = False
     max_grad_norm: float | None = Field(None, gt=0.0)
+    target: Literal["one_step", "n_step", "retrace"] = Field(
+        "one_step", description="TD target: one_step (DQN's), n_step (uncorrected n-step "
+        "return) or retrace (Retrace(lambda), pi greedy w.r.t. the target network)")
+    n_steps: int = Field(3, ge=1, le=1000, description="steps of the n_step and retrace "
+                         "targets")
+    retrace_lambda: float = Field(1.0, ge=0.0, le=1.0, description="Retrace's lambda in "
+                                  "c = lambda min(1, pi / mu)")
 
     @model_validator(mode="after")
     def _epsilon_decays(self):
         if self.end_e > self.start_e:
             raise ValueError(f"end_e ({self.end_e}) must be at most start_e ({self.start_e})")
+        if self.target == "retrace" and self.double_dqn:
+            raise ValueError("double_dqn is not defined for target: retrace (pi is the target "
+                             "network's greedy policy)")
         return self
 
 
@@ -137,9 +152,15 @@ def train(env: BatchedEnv, q_net: QNetwork, methods: Mapping[str, Any], settings
         # 1. act epsilon-greedily, store the transitions
         epsilon = epsilon_at(env_steps, start_e=settings.start_e, end_e=settings.end_e,
                              duration=duration)
-        actions = act(q_net, obs, epsilon, action_draws)
-        step = env.step(actions)
-        buffer.add(obs, actions, step.reward, step.final_obs, step.terminated)
+        if settings.target == "one_step":
+            actions = act(q_net, obs, epsilon, action_draws)
+            step = env.step(actions)
+            buffer.add(obs, actions, step.reward, step.final_obs, step.terminated)
+        else:
+            actions, probs = act_with_probs(q_net, obs, epsilon, action_draws)
+            step = env.step(actions)
+            buffer.add(obs, actions, step.reward, step.final_obs, step.terminated,
+                       truncated=step.truncated, behaviour_probs=probs)
         obs = step.obs
         env_steps += n
         done = ~torch.isnan(step.episode_return)
@@ -199,9 +220,16 @@ def _update(q_net: QNetwork, target: QNetwork, optimizer: torch.optim.Optimizer,
             buffer: ReplayBuffer, batch_size: int, settings: DQNSettings,
             generator: torch.Generator, params: list[torch.Tensor]) -> dict[str, float]:
     """One TD update on a replay batch of ``batch_size`` (steps 2a-2c)."""
-    obs, actions, rewards, next_obs, terminated = buffer.sample(batch_size, generator)
-    y = td_target(rewards, next_obs, terminated, gamma=settings.gamma, target=target,
-                  online=q_net if settings.double_dqn else None)
+    online = q_net if settings.double_dqn else None
+    if settings.target == "one_step":
+        obs, actions, rewards, next_obs, terminated = buffer.sample(batch_size, generator)
+        y = td_target(rewards, next_obs, terminated, gamma=settings.gamma, target=target,
+                      online=online)
+    else:  # the same draw, each transition with the n_steps - 1 that followed it
+        batch = buffer.sample_sequences(batch_size, settings.n_steps, generator)
+        obs, actions = batch["obs"][:, 0], batch["actions"][:, 0]
+        y = multi_step_target(batch, kind=settings.target, gamma=settings.gamma,
+                              target=target, online=online, lam=settings.retrace_lambda)
 
     def loss() -> tuple[torch.Tensor, dict[str, float]]:
         q = q_net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
