@@ -77,7 +77,8 @@ def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     assert judged | {"mc_values", "ref_log_probs"} == given("keydoor")
     assert filled | {"mc_values", "ref_log_probs"} == given("toolcalc")
     rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
-    full = completion_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4))
+    full = completion_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4),
+                            torch.zeros(4, 3), torch.zeros(4, 3))
     assert full.provided() == COMPLETION_INPUTS == given("rlvr-arith") == given("rlvr-countdown")
     assert completion_batch(rewards, mask, groups, None, None).provided() == {
         "rewards", "mask", "group_ids"}

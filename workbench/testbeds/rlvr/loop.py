@@ -32,6 +32,16 @@ Per step k:
    the episodic return and k as the update: ``rl_stats``);
 6. ``backend.sync_weights(policy)`` so the next rollout samples from the updated weights.
 
+With ``staleness`` = k > 0 the backend samples from ``sampler``, a frozen copy of the policy
+that holds its parameters of k updates before (``staleness.StalePolicy``, an asynchronous
+actor's stale policy; step 6 then loads and syncs those); ``old`` stays the learner's, so the
+PPO ratio is taken against the current policy, and the sampler's log-probabilities give the
+mismatch metrics and, with ``tis_cap``, the truncated importance weights, which then correct the
+staleness. The advantage batch's ``old_log_probs`` are the sampler's (recomputed by the trainer,
+only for a method that reads them) and ``target_log_probs`` the learner's (``vtrace``); with k =
+0 both are ``old``. Held-out evaluation measures the current policy. k = 0 runs the code of
+before.
+
 ``precision: bf16`` runs every forward pass of the policy (and the reference) under bf16
 autocast, the weights, gradients and optimizer state staying fp32; the hf backend samples under
 the same autocast and the vllm backend in bfloat16 (``fp32``: float32 on both sides).
@@ -70,6 +80,7 @@ from workbench.testbeds.rlvr.model import position_ids_from_mask
 from workbench.testbeds.rlvr.problems import Problem
 from workbench.testbeds.rlvr.prompting import DEFAULT_STOP, PromptFormat
 from workbench.testbeds.rlvr.settings import RLSettings
+from workbench.testbeds.rlvr.staleness import StalePolicy
 from workbench.testbeds.shared.advantage_batch import completion_batch
 from workbench.testbeds.shared.batch_shape import reshape_batch
 from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
@@ -306,9 +317,10 @@ def evaluate(backend: RolloutBackend, held_out: Sequence[Problem], settings: RLS
 def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any],
           train_set: Sequence[Problem], held_out: Sequence[Problem], settings: RLSettings, *,
           budget: Budget, seed: int, log: LogFn, reference=None, value_head=None,
-          device) -> dict[str, Any]:
+          device, sampler=None) -> dict[str, Any]:
     """Run RL steps until the budget is spent; returns the last metrics. The problems'
-    prompts are rendered here with ``settings.prompt_template`` (``prompting``)."""
+    prompts are rendered here with ``settings.prompt_template`` (``prompting``). With
+    ``staleness`` > 0, ``sampler`` is the copy of ``policy`` the backend samples from."""
     prompt_format = PromptFormat.build(settings.prompt_template, train_set, settings.shots,
                                        settings.stop)
     train_set = prompt_format.apply(train_set, tokenizer)
@@ -327,6 +339,13 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     rng = random.Random(seeds.int_seed(seed, "prompts"))
     generator = seeds.torch_generator(seed, "minibatches")
     pad_id = tokenizer.pad_token_id
+    stale = StalePolicy(policy, sampler, settings.staleness) if settings.staleness else None
+
+    def evaluate_learner() -> dict[str, float]:
+        if stale is None:
+            return evaluate(backend, held_out, settings, seed)
+        with stale.learner(backend):
+            return evaluate(backend, held_out, settings, seed)
 
     metrics = evaluate(backend, held_out, settings, seed)
     log(0, {**metrics, "cost/samples": 0.0, "cost/tokens": 0.0, "time/wall_seconds": 0.0})
@@ -344,6 +363,10 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             ref_log_probs = None
             if reference is not None:
                 ref_log_probs = response_log_probs(reference, batch, settings.temperature)[0]
+            behaviour_log_probs = old_log_probs  # the sampler's (staleness)
+            if stale is not None and needs & {"old_log_probs", "target_log_probs"}:
+                behaviour_log_probs = response_log_probs(sampler, batch,
+                                                         settings.temperature)[0]
         policy.train()
         mask = batch.response_mask
         mismatch, tis = {}, None
@@ -363,7 +386,8 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                      if "reward_baselines" in needs else None)
         advantages, returns = compute_advantages(
             advantage_method, completion_batch(batch.rewards, mask, batch.group_ids, values,
-                                               baselines), needs)
+                                               baselines, behaviour_log_probs, old_log_probs),
+            needs)
         advantages, returns = advantages * mask, returns * mask
         mean_entropy = float(aggregate(old_entropy, mask, "token-mean"))
         coefficient = entropy_slot.coefficient(step, mean_entropy)
@@ -377,7 +401,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         train_seconds = time.perf_counter() - train_started
         # 6. the next rollout samples from the new weights
         sync_started = time.perf_counter()
-        backend.sync_weights(policy)
+        backend.sync_weights(policy if stale is None else stale.advance())
         sync_seconds = time.perf_counter() - sync_started
         step += 1
         seconds += time.perf_counter() - started
@@ -409,7 +433,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         }
         last = step == budget.steps or budget.spent(samples, seconds)
         if step % settings.eval_every == 0 or last:  # the last step always
-            metrics.update(evaluate(backend, held_out, settings, seed))
+            metrics.update(evaluate_learner())
         log(step, metrics)
         if not math.isfinite(stats["train/policy_loss"]):
             diverged = True
@@ -422,7 +446,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
         if wanted is not None:
             prompts, group_size = _reshape(wanted, prompts, group_size, settings.batch_axis)
     if "eval/accuracy" not in metrics:  # stopped between evaluations: measure where it ended
-        final = evaluate(backend, held_out, settings, seed)
+        final = evaluate_learner()
         metrics.update(final)
         log(step, final)
     return {**metrics, "steps": step, "diverged": diverged}

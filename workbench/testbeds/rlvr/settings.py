@@ -58,3 +58,8 @@ class RLSettings(Settings):
     tis_cap: float | None = Field(
         None, gt=0, description="truncated importance sampling: scale each token's policy "
         "loss by min(exp(logp_old - logp_rollout), tis_cap); None: off")
+    staleness: int = Field(
+        0, ge=0, le=10_000, description="k: completions are sampled by the policy as it was k "
+        "updates ago (the initial one before that), as an asynchronous actor's would be; the "
+        "loss's ratio is taken against the current policy and tis_cap corrects for the "
+        "sampler (staleness); 0: on-policy")

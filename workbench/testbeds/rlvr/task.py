@@ -191,18 +191,22 @@ class RLVRArith(Task):
                 torch.nn.init.zeros_(value_head.weight)
                 torch.nn.init.zeros_(value_head.bias)
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        # staleness: the backend samples from a frozen copy holding older weights (loop)
+        sampler = (copy.deepcopy(policy).eval().requires_grad_(False) if params.staleness
+                   else policy)
         longest = max(len(tokenizer(p.solution, add_special_tokens=False)["input_ids"])
                       for p in train_set)
         default_length = {"raw": longest + 2, "few-shot": longest + 8, "chat": 256}
         settings = RLSettings.from_flat(
             params, max_new_tokens=(params.max_new_tokens
                                     or default_length[params.prompt_template]))
-        backend = make_backend(params.backend, policy, tokenizer, path, device,
+        backend = make_backend(params.backend, sampler, tokenizer, path, device,
                                **backend_options(params))
         try:
             return train(policy, tokenizer, backend, methods, train_set, held_out, settings,
                          budget=budget, seed=seed, log=log, reference=reference,
-                         value_head=value_head, device=device)
+                         value_head=value_head, device=device,
+                         sampler=sampler if params.staleness else None)
         finally:
             backend.close()
 

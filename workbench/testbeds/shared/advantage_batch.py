@@ -83,17 +83,23 @@ def episode_batch(played: Played, group_ids: torch.Tensor) -> AdvantageBatch:
 
 
 #: the inputs ``completion_batch`` fills: values, dones, terminated and next_values with a
-#: value head, reward_baselines where the loop computed them
+#: value head, reward_baselines where the loop computed them, old_log_probs and
+#: target_log_probs where it passes them (the RLVR loop: always)
 COMPLETION_INPUTS = AdvantageBatch.names("rewards", "mask", "group_ids", "values", "dones",
-                                         "terminated", "next_values", "reward_baselines")
+                                         "terminated", "next_values", "reward_baselines",
+                                         "old_log_probs", "target_log_probs")
 
 
 def completion_batch(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
                      values: torch.Tensor | None,
-                     reward_baselines: torch.Tensor | None) -> AdvantageBatch:
+                     reward_baselines: torch.Tensor | None,
+                     old_log_probs: torch.Tensor | None = None,
+                     target_log_probs: torch.Tensor | None = None) -> AdvantageBatch:
     """B completions of T tokens: ``rewards``/``mask`` (B, T), ``group_ids`` (B,); with the
     value head's ``values`` (B, T + 1), each completion is one episode that terminates at its
-    last valid token (``dones`` = ``terminated`` there, ``next_values`` = values[:, 1:])."""
+    last valid token (``dones`` = ``terminated`` there, ``next_values`` = values[:, 1:]);
+    ``old_log_probs`` (B, T) the sampling policy's, ``target_log_probs`` the learner's (the
+    same tensor when the learner sampled)."""
     ends = None
     if values is not None:
         ends = torch.zeros_like(mask, dtype=torch.bool)
@@ -103,4 +109,5 @@ def completion_batch(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch
     return AdvantageBatch(
         rewards=rewards, mask=mask, group_ids=group_ids, values=values, dones=ends,
         terminated=ends, next_values=values[:, 1:] if values is not None else None,
-        reward_baselines=reward_baselines)
+        reward_baselines=reward_baselines, old_log_probs=old_log_probs,
+        target_log_probs=target_log_probs)
