@@ -212,3 +212,25 @@ def test_a_negative_staleness_is_refused_by_workbench_run(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "staleness" in out.stderr and "greater than or equal to 0" in out.stderr, out.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_the_stale_sweep_runs_shrunk(tmp_path):
+    """sweeps/rlvr-stale-add.yaml through the real CLI on the tiny model, two steps a run."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "sweeps" / "rlvr-stale-add.yaml").read_text())
+    params = spec["task"]["params"]
+    assert params["staleness"] == 2 and params["tis_cap"] == 2.0
+    assert "vtrace" in spec["methods"]["advantage"]
+    params.update(TINY)
+    spec.update(seeds=1, budget={"steps": 2})
+    path = tmp_path / "stale.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = run_cli("sweep", path, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--quiet",
+                  "--device", "cpu", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status = run_cli("status", path, "--storage", f"sqlite:///{tmp_path / 's.db'}",
+                     cwd=tmp_path)
+    assert status.returncode == 0 and status.stdout.count("1/1") == 3, status.stdout
