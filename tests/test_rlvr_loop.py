@@ -96,12 +96,13 @@ def run_rlvr(methods: dict, steps: int = 2, **params):
 
 @pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo", "reinforce_pp",
                                        "reinforce_pp_baseline", "remax", "opo", "gpg",
-                                       "pass_at_k", "ddca", "laser", "gae"])
+                                       "pass_at_k", "ddca", "laser", "gae", "vtrace",
+                                       "sas"])
 def test_every_advantage_method_trains_the_policy(advantage):
     result, logged = run_rlvr({"advantage": registry.get("advantage", advantage)()})
     assert result["steps"] == 2
     assert math.isfinite(result["train/policy_loss"])
-    if advantage == "gae":  # PPO with a value head
+    if advantage in ("gae", "vtrace"):  # PPO with a value head
         assert math.isfinite(result["train/value_loss"])
     for name in ["eval/accuracy", "eval/pass@2", "train/reward", "train/entropy",
                  "train/kl_ref", "train/clip_frac_low", "train/clip_frac_high",
