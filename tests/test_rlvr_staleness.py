@@ -79,8 +79,9 @@ def test_the_stale_policy_by_hand():
     assert float(sampler.weight) == 3.0 and backend.synced == [10.0, 3.0]
     with pytest.raises(ValueError, match="staleness"):
         StalePolicy(policy, sampler, 0)
-    with pytest.raises(ValueError, match="copy"):
-        StalePolicy(policy, policy, 1)
+    for wrong in (policy, None):
+        with pytest.raises(ValueError, match="copy of the policy"):
+            StalePolicy(policy, wrong, 1)
 
 
 @pytest.mark.parametrize("k", [1, 2])

@@ -21,6 +21,10 @@ constant (no gradient) weight
 after PPO's clipping and before aggregation, as verl's vanilla policy loss does with
 ``tis_imp_ratio_cap`` (off by default there, -1; its recipes use C = 2) and TRL's GRPO with
 ``vllm_importance_sampling_cap`` (default 2). Here ``tis_cap`` is None (off) by default.
+
+With ``staleness`` = k > 0 (``staleness``) the sampler holds the policy of k updates before,
+so mu is that stale policy's distribution: the same metrics then measure the staleness (with
+the backends' numerics) and the same weights correct for it.
 """
 
 from __future__ import annotations

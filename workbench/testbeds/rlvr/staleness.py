@@ -30,8 +30,9 @@ class StalePolicy:
     def __init__(self, policy: torch.nn.Module, sampler: torch.nn.Module, staleness: int):
         if staleness < 1:
             raise ValueError(f"staleness must be at least 1 for a stale sampler, got {staleness}")
-        if sampler is policy:
-            raise ValueError("a stale sampler is a copy of the policy, not the policy itself")
+        if sampler is None or sampler is policy:
+            raise ValueError("staleness needs a sampler, a copy of the policy that the rollout "
+                             "backend samples from (not the policy itself)")
         self.policy, self.sampler = policy, sampler
         self.snapshots: deque[dict[str, torch.Tensor]] = deque([self._snapshot()],
                                                                maxlen=staleness + 1)
