@@ -75,6 +75,7 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
     if settings.policy_lag:
         raise ValueError(LAG_ON_THE_SEED_AXIS)
     n_seeds, device = len(seeds), env.device
+    ess = torch.ones(n_seeds, dtype=torch.float64)  # each seed's ESS_hat: 1 on-policy
     num_envs, horizon = settings.num_envs, settings.rollout_len
     total_updates = budget.planned_steps(num_envs * horizon)
     ppo = settings.ppo
@@ -82,7 +83,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
     slots = open_rl_seed_slots(methods, agent.parameters, seeds=n_seeds, updates=total_updates,
                                per_update=per_update, batch=num_envs * horizon,
                                samples=budget.samples,
-                               info={"return_upper_bound": env.return_upper_bound})
+                               info={"return_upper_bound": env.return_upper_bound},
+                               on_axis={"importance_ess": lambda: ess})
     optimizer, entropy_slots, batch_slot = slots.optimizer, slots.entropy, slots.batch
     if slots.first_batch is not None:
         num_envs, horizon = _reshape(slots.first_batch, num_envs, horizon, settings.batch_axis)

@@ -56,7 +56,7 @@ class Control(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "constant", "advantage": "gae"}
-    provides = frozenset({"closure", "rl_stats"}) | ADVANTAGE_INPUTS
+    provides = frozenset({"closure", "rl_stats", "importance_ess"}) | ADVANTAGE_INPUTS
     Params = ControlParams
     metrics = {"train/return": "maximize", "train/return_recent": "maximize",
                "train/episode_length": "maximize", "train/entropy": "maximize",
