@@ -26,8 +26,7 @@ optimisation testbeds' ``Task.run`` is their seed-axis loop with one seed
 (``optimisation.seed_axis.train_one``; issue 34):
 
 - the seed axis cannot take every configuration this loop takes: the Gymnasium backend and
-  any environment outside ``envs.TORCH_ENVS``, ``policy_lag`` > 0 (the lagged copies of
-  ``LaggedPolicy``; all in ``Control.seed_axis_problem``), and the
+  any environment outside ``envs.TORCH_ENVS`` (``Control.seed_axis_problem``), and the
   methods that declare ``vectorised = False`` (entropy ``kl_cov``, whose kink at
   log pi = log pi_old lets a last-bit difference set its gradient);
 - one seed on the axis does not give this loop's numbers in float32, the default dtype: the
