@@ -230,14 +230,8 @@ def test_a_policy_lag_evaluates_the_learner_only_for_a_method_that_reads_it(
     assert len(calls) == evaluated
 
 
-def test_a_policy_lag_is_refused_on_the_seed_axis():
-    from workbench.testbeds.control.loop import LoopSettings
-    from workbench.testbeds.control.seed_axis import train_seeds
-
+def test_a_policy_lag_runs_on_the_seed_axis():
+    # the parity with the one-at-a-time loop: tests/test_control_seed_axis.py
     task = get_task("cartpole")
     assert task.seed_axis_problem(task.Params()) is None
-    why = task.seed_axis_problem(task.Params(policy_lag=2))
-    assert why is not None and "policy_lag" in why
-    with pytest.raises(ValueError, match="policy_lag"):
-        train_seeds(None, None, {}, LoopSettings.from_flat(task.Params(policy_lag=1)),
-                    budget=Budget(steps=1), seeds=[0], log=lambda *_: None)
+    assert task.seed_axis_problem(task.Params(policy_lag=2)) is None

@@ -260,3 +260,37 @@ def test_the_advantage_contract_refuses_a_false_row_independence():
     with pytest.raises(ContractViolation, match="row_independent"):
         check_advantage(Claims, {}, Claims())
     assert "row_independent" in registry.get("advantage", "gae").invariants
+
+
+@pytest.mark.parametrize("task_name, algorithm, lag, step_size, advantage", [
+    ("cartpole", "ppo", 2, "vcpo_lr", "vtrace"),
+    ("cartpole", "reinforce", 3, "adam", "vcpo_baseline"),
+    ("pendulum", "ppo", 1, "vcpo_lr", "vcpo_baseline"),
+    ("acrobot", "ppo", 2, "kl_adaptive", "gae"),  # a lag no method reads: no learner pass
+])
+def test_a_policy_lag_gives_each_seed_the_numbers_of_its_own_run(
+        task_name, algorithm, lag, step_size, advantage):
+    """policy_lag = k on the seed axis: each seed acts with its own parameters of k updates
+    before (``LaggedSeedPolicy``, as ``loop.LaggedPolicy``), its learner log-probabilities and
+    ESS its own; every metric of every update as its one-at-a-time run's, float64, to the
+    suite's 1e-9 relative (the two loops round differently by about 1e-13 in float64: the
+    axis's batched matrix products; the importance weights exponentiate sums of at most 16
+    log-ratios, which leaves that far inside 1e-9)."""
+    methods = {"step_size": registry.get("step_size", step_size)(),
+               "batch_size": registry.get("batch_size", "constant")(),
+               "entropy": registry.get("entropy", "constant")(),
+               "advantage": registry.get("advantage", advantage)()}
+    params = {**SMALL, "algorithm": algorithm, "policy_lag": lag}
+    alone, together = both(task_name, params, methods, [3, 8, 21], lag + 3)
+    reads = advantage in ("vtrace", "vcpo_baseline") or step_size == "vcpo_lr"
+    for seed, rows in together.items():
+        if not reads:
+            assert all("train/ess" not in m for _, m in rows)
+            continue
+        ess = [m["train/ess"] for _, m in rows]
+        assert min(ess[1:]) < 1.0 - 1e-6, (seed, ess)  # off-policy from the second update
+        if step_size == "vcpo_lr":
+            assert all(m["method/step_size"] == pytest.approx(3e-4 * m["train/ess"], rel=1e-9)
+                       for _, m in rows)
+    # the seeds are not copies of one another
+    assert len({rows[-1][1]["train/policy_loss"] for rows in together.values()}) == 3

@@ -154,6 +154,11 @@ VOCABULARY: dict[str, Metric] = {
                                   "r < 1 - clip_low and A < 0", "fraction", _CLIP, **FRACTION),
     "train/clip_frac_high": Metric("fraction of tokens where the upper PPO clip binds: "
                                    "r > 1 + clip_high and A > 0", "fraction", _CLIP, **FRACTION),
+    "train/ess": Metric("normalised effective sample size (sum w)^2 / (N sum w^2) in (0, 1] of "
+                        "the N sequence-level importance weights w_i = pi(y_i) / mu(y_i) of the "
+                        "update's rollout (learner against the behaviour policy that sampled "
+                        "it; control: one sequence per episode segment), 1 on-policy", "ratio",
+                        "workbench.families.importance.normalised_ess", **FRACTION),
     "train/clip_frac": Metric("clip_frac_low + clip_frac_high (verl's pg_clipfrac)",
                               "fraction", _CLIP, **FRACTION),
     "train/dual_clip_frac": Metric("fraction of tokens where the dual clip binds (A < 0, "

@@ -96,12 +96,15 @@ class RLSeedSlots:
 
 def open_rl_seed_slots(methods: Mapping[str, Any], parameters: Iterable[torch.Tensor], *,
                        seeds: int, updates: int, per_update: int, batch: int, samples: int,
-                       info: Mapping[str, Any] | None = None) -> RLSeedSlots:
+                       info: Mapping[str, Any] | None = None,
+                       on_axis: Mapping[str, Any] | None = None) -> RLSeedSlots:
     """``open_rl_slots`` for S = ``seeds`` seeds run as one computation: ``parameters`` carry
-    a leading seed axis; the entropy method is copied for seeds 1..S-1 before it starts."""
+    a leading seed axis; the entropy method is copied for seeds 1..S-1 before it starts;
+    ``on_axis`` the step-size inputs the task builds on the seed axis (``seed_axis_info``)."""
     run_info = {"total_steps": updates * per_update, "batches_per_epoch": per_update,
                 **(info or {})}
-    optimizer = methods["step_size"].build(list(parameters), seed_axis_info([run_info] * seeds))
+    optimizer = methods["step_size"].build(list(parameters), seed_axis_info([run_info] * seeds,
+                                                                        on_axis))
     method = methods["entropy"]
     entropy = [EntropySlot(m, total_steps=updates)
                for m in [method, *(copy.deepcopy(method) for _ in range(seeds - 1))]]

@@ -9,7 +9,8 @@ update steps over ``minibatch_epochs`` and logs ``mean_over_steps``.
 Contract check: 20 steps on a seeded float64 quadratic over two parameter tensors (a 2x2
 matrix and a 3-vector), with ``info`` giving total_steps=20, batches_per_epoch=1, f_star,
 loss_lower_bound, smoothness, return_upper_bound=500, an ``lmo`` for a Euclidean ball
-around the start, the quadratic's ``hvp`` and a ``logit_jvp`` of fixed linear logits; an
+around the start, the quadratic's ``hvp``, a ``logit_jvp`` of fixed linear logits and an
+``importance_ess`` of the current point (1 / (1 + |x|^2 / 10), in (0, 1]); an
 optimizer with ``observe`` gets synthetic RL
 statistics after each step (KL swinging around typical targets, a return NaN at first then
 rising). Every step calls ``closure`` and returns a loss; ``last_step_size`` is a finite
@@ -77,13 +78,18 @@ REQUIRABLE: Mapping[str, str] = {
     "logit_jvp": "a callable (a list of tensors v shaped as the parameters) -> the directional "
                  "derivatives J v (b, K) of the K class logits of the step's b samples at the "
                  "current parameters along v (softmax cross-entropy tasks)",
+    "importance_ess": "a callable () -> ESS_hat in (0, 1], the normalised effective sample "
+                      "size (sum w)^2 / (N sum w^2) of the sequence-level importance weights "
+                      "w_i = pi(y_i) / mu(y_i) of the rollout the step trains on (the learner "
+                      "against the behaviour policy that sampled it; "
+                      "``workbench.families.importance``); 1 on-policy",
 }
 
 
 #: The inputs a task can give on a seed axis (the others are callables of one seed's state).
 SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_star",
                               "loss_lower_bound", "smoothness", "return_upper_bound", "lmo",
-                              "margins", "hvp", "logit_jvp", "rl_stats"})
+                              "margins", "hvp", "logit_jvp", "rl_stats", "importance_ess"})
 
 #: The callables of ``SEED_AXIS_INPUTS``, as the task builds them on a seed axis of S:
 #: ``lmo`` takes the list of stacked gradients (S, ...) and returns the list of stacked
@@ -91,8 +97,8 @@ SEED_AXIS_INPUTS = frozenset({"closure", "total_steps", "batches_per_epoch", "f_
 #: returns the (S, b) margins y_i <a_i, x_s> of each seed's own samples of the step; ``hvp``
 #: takes the stacked vectors (S, ...) and returns the stacked H_s v_s, each seed's own Hessian;
 #: ``logit_jvp`` takes the stacked vectors and returns the (S, b, K) J_s v_s of each seed's own
-#: samples.
-SEED_AXIS_CALLABLES = frozenset({"lmo", "margins", "hvp", "logit_jvp"})
+#: samples; ``importance_ess`` returns the (S,) ESS_hat of each seed's own rollout.
+SEED_AXIS_CALLABLES = frozenset({"lmo", "margins", "hvp", "logit_jvp", "importance_ess"})
 
 
 class StepSizeMethod(Method):
@@ -256,11 +262,18 @@ def _quadratic(seed: int = 0):
     def logit_jvp(vectors):  # five samples' three logits, linear in x: J v = R v
         return logit_rows @ torch.cat([v.reshape(-1) for v in vectors])
 
+    def ess_at(variables):  # a synthetic ESS_hat in (0, 1] that moves with the iterate
+        flat = torch.cat([v.detach().reshape(-1) for v in variables])
+        return 1.0 / (1.0 + float(flat @ flat) / 10.0)
+
+    def importance_ess():
+        return ess_at(params)
+
     info = {"total_steps": STEPS, "batches_per_epoch": 1, "f_star": f_star,
             "loss_lower_bound": 0.0, "smoothness": float(eigenvalues.max()), "lmo": lmo,
             "return_upper_bound": 500.0, "margins": margins, "hvp": hvp,
-            "logit_jvp": logit_jvp}
-    return params, closure, calls, info, loss_at, margins_at
+            "logit_jvp": logit_jvp, "importance_ess": importance_ess}
+    return params, closure, calls, info, loss_at, margins_at, ess_at
 
 
 def check_configuration(cls, overrides, method) -> None:
@@ -389,8 +402,14 @@ def _stacked_quadratics(seed_list):
         return torch.stack([i["logit_jvp"]([v[s] for v in vectors])
                             for s, i in enumerate(infos)])
 
+    ess_of = [part[6] for part in parts]
+
+    def importance_ess():
+        return torch.tensor([at([p[s] for p in params]) for s, at in enumerate(ess_of)],
+                            dtype=torch.float64)
+
     info["lmo"], info["margins"], info["hvp"] = lmo, margins, hvp
-    info["logit_jvp"] = logit_jvp
+    info["logit_jvp"], info["importance_ess"] = logit_jvp, importance_ess
     return params, closure, info
 
 

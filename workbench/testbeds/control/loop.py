@@ -12,8 +12,11 @@ With ``policy_lag`` = k > 0 the rollout is collected by ``LaggedPolicy``, a froz
 the network holding its parameters of k updates before (an asynchronous actor's stale
 policy), while the current critic gives the values; the rollout's ``log_probs`` are the
 behaviour's, so PPO's ratio is taken against them, and for an advantage method that reads
-``target_log_probs`` (``vtrace``) the current policy's log-probabilities of the taken actions
-are computed after the rollout (``learner_log_probs``). k = 0 runs the code of before.
+``target_log_probs`` (``vtrace``, ``vcpo_baseline``) or a step-size method that reads
+``importance_ess`` (``vcpo_lr``) the current policy's log-probabilities of the taken actions
+are computed after the rollout (``learner_log_probs``), and with them ``train/ess``, the
+normalised ESS of the episode segments' importance weights (``rollout_ess``; 1 on-policy,
+not logged under a lag no method reads). k = 0 runs the code of before.
 
 Stops at whichever comes first: ``budget.steps`` updates, ``budget.samples`` environment steps,
 ``budget.wall_seconds``, or a non-finite loss or parameter (reported as diverged).
@@ -23,8 +26,7 @@ optimisation testbeds' ``Task.run`` is their seed-axis loop with one seed
 (``optimisation.seed_axis.train_one``; issue 34):
 
 - the seed axis cannot take every configuration this loop takes: the Gymnasium backend and
-  any environment outside ``envs.TORCH_ENVS``, ``policy_lag`` > 0 (the lagged copies of
-  ``LaggedPolicy``; all in ``Control.seed_axis_problem``), and the
+  any environment outside ``envs.TORCH_ENVS`` (``Control.seed_axis_problem``), and the
   methods that declare ``vectorised = False`` (entropy ``kl_cov``, whose kink at
   log pi = log pi_old lets a last-bit difference set its gradient);
 - one seed on the axis does not give this loop's numbers in float32, the default dtype: the
@@ -56,6 +58,7 @@ from pydantic import Field
 
 from workbench.common import seeds
 from workbench.families import BatchSlot, compute_advantages, open_rl_slots
+from workbench.families.importance import normalised_ess, sequence_log_weights
 from workbench.testbeds.control.policy import ActorCritic
 from workbench.testbeds.control.ppo import PPOSettings, ppo_update
 from workbench.testbeds.control.reinforce import reinforce_update
@@ -98,10 +101,12 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     total_updates = budget.planned_steps(num_envs * horizon)
     ppo = settings.ppo
     per_update = ppo.epochs * ppo.minibatches if settings.algorithm == "ppo" else 1
+    ess = [1.0]  # the current rollout's ESS_hat (importance_ess); 1 on-policy
     slots = open_rl_slots(methods, agent.parameters(), updates=total_updates,
                           per_update=per_update, batch=num_envs * horizon,
                           samples=budget.samples,
-                          info={"return_upper_bound": env.return_upper_bound})
+                          info={"return_upper_bound": env.return_upper_bound,
+                                "importance_ess": lambda: ess[0]})
     optimizer, entropy_slot, batch_slot = slots.optimizer, slots.entropy, slots.batch
     advantage_method, advantage_inputs = slots.advantage, slots.advantage_inputs
     if slots.first_batch is not None:
@@ -110,6 +115,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
     action_draws = seeds.torch_generator(seed, "actions", device=device)
 
     behaviour = LaggedPolicy(agent, settings.policy_lag) if settings.policy_lag else None
+    learner_needed = reads_the_learner(methods, advantage_inputs)
     if num_envs != env.num_envs:
         env.resize(num_envs)
     obs = env.reset(seed=seeds.int_seed(seed, "env"))
@@ -128,8 +134,9 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
         else:
             rollout, obs = collect(env, agent, obs, horizon, action_draws,
                                    behaviour=behaviour.step())
-            if "target_log_probs" in advantage_inputs:
+            if learner_needed:
                 rollout.target_log_probs = learner_log_probs(agent, rollout)
+            ess[0] = rollout_ess(rollout)
         env_steps += rollout.size
         episodes = rollout.episode_stats()
         if episodes:
@@ -157,7 +164,7 @@ def train(env: BatchedEnv, agent: ActorCritic, methods: Mapping[str, Any],
                                  num_envs=num_envs, horizon=horizon, env_steps=env_steps,
                                  update=update, seconds=seconds, recent=recent,
                                  minibatches=cut.minibatches
-                                 if settings.algorithm == "ppo" else None)
+                                 if settings.algorithm == "ppo" else None, ess=ess[0])
         log(update, metrics)
         if not (math.isfinite(stats.get("train/policy_loss", 0.0))
                 and math.isfinite(stats.get("train/value_loss", 0.0))
@@ -194,6 +201,26 @@ class LaggedPolicy:
         return self.copy
 
 
+def reads_the_learner(methods: Mapping[str, Any], advantage_inputs: frozenset[str]) -> bool:
+    """Whether a method reads the learner's log-probabilities of a lagged rollout: an
+    advantage method's ``target_log_probs`` or a step-size method's ``importance_ess``."""
+    step_size = methods.get("step_size")
+    return ("target_log_probs" in advantage_inputs
+            or (step_size is not None
+                and "importance_ess" in step_size.requirements(step_size.params)))
+
+
+def rollout_ess(rollout: Rollout) -> float:
+    """``train/ess``: the normalised ESS of the rollout's episode-segment importance weights
+    (``workbench.families.importance``, rows = environments), learner against behaviour; NaN
+    when the learner's log-probabilities were not evaluated (no method reads them)."""
+    if rollout.target_log_probs is None:
+        return math.nan
+    log_w, _ = sequence_log_weights(rollout.log_probs.T, rollout.target_log_probs.T,
+                                    rollout.dones.T)
+    return normalised_ess(log_w)
+
+
 @torch.no_grad()
 def learner_log_probs(agent: ActorCritic, rollout: Rollout) -> torch.Tensor:
     """(T, N): the current policy's log-probabilities of the rollout's actions."""
@@ -205,10 +232,10 @@ def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mappi
                    advantages: torch.Tensor, returns: torch.Tensor, *, rollout_entropy: float,
                    entropy_coef: float, num_envs: int, horizon: int, env_steps: int,
                    update: int, seconds: float, recent: deque[float],
-                   minibatches: int | None = None) -> dict[str, float]:
+                   minibatches: int | None = None, ess: float = 1.0) -> dict[str, float]:
     """The metrics one update logs for one run (its own rollout, advantages and statistics):
     the same keys in the loop and on a seed axis, where ``seconds`` is the seed's share;
-    ``batch/minibatches`` with PPO's ``minibatches``."""
+    ``batch/minibatches`` with PPO's ``minibatches``; ``train/ess`` where known (not NaN)."""
     metrics = {
         **episodes, **stats,
         "train/rollout_entropy": rollout_entropy,
@@ -226,6 +253,8 @@ def update_metrics(rollout: Rollout, episodes: Mapping[str, float], stats: Mappi
         metrics["train/return_recent"] = sum(recent) / len(recent)
     if minibatches is not None:
         metrics["batch/minibatches"] = float(minibatches)
+    if not math.isnan(ess):
+        metrics["train/ess"] = ess
     return metrics
 
 

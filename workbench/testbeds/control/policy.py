@@ -11,6 +11,7 @@ Distributions are computed by hand (log-softmax / Gaussian log-density) rather t
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -112,12 +113,36 @@ class SeedAxisActorCritic:
         self.discrete = first.discrete
         self.parameters = [torch.stack([p.detach() for p in ps]).requires_grad_(True)
                            for ps in zip(*(a.parameters() for a in agents), strict=True)]
-        names = [name for name, _ in first.named_parameters()]
-        stacked = dict(zip(names, self.parameters, strict=True))
-        self._actor = _layers(stacked, "actor", len(first.actor))
-        self._critic = _layers(stacked, "critic", len(first.critic))
-        self.log_std = stacked.get("log_std")  # (S, act_dim)
+        self._names = [name for name, _ in first.named_parameters()]
+        self._modules = (len(first.actor), len(first.critic))
+        self._wire()
         self._live: torch.Tensor | None = None
+
+    def _wire(self) -> None:
+        """The layers and ``log_std`` as views of ``parameters``."""
+        stacked = dict(zip(self._names, self.parameters, strict=True))
+        self._actor = _layers(stacked, "actor", self._modules[0])
+        self._critic = _layers(stacked, "critic", self._modules[1])
+        self.log_std = stacked.get("log_std")  # (S, act_dim)
+
+    def frozen_copy(self) -> SeedAxisActorCritic:
+        """A copy holding detached clones of the parameters (no gradient, ``freeze`` off):
+        a lagged behaviour policy's network, loaded with ``load``."""
+        clone = copy.copy(self)
+        clone.parameters = [p.detach().clone() for p in self.parameters]
+        clone._live = None
+        clone._wire()
+        return clone
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """Detached clones of the parameters, for ``load``."""
+        return [p.detach().clone() for p in self.parameters]
+
+    def load(self, values: list[torch.Tensor]) -> None:
+        """Copy ``values`` (a ``snapshot``) into the parameters, in place."""
+        with torch.no_grad():
+            for p, v in zip(self.parameters, values, strict=True):
+                p.copy_(v)
 
     def freeze(self, live: torch.Tensor) -> None:
         """Forward passes from now on treat the seeds where ``live`` is False as constants

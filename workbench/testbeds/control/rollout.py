@@ -100,17 +100,21 @@ def collect(env: BatchedEnv, agent: ActorCritic, obs: torch.Tensor, horizon: int
 @torch.no_grad()
 def collect_seeds(env: BatchedEnv, agent: SeedAxisActorCritic, obs: torch.Tensor,
                   horizon: int, generators: list[torch.Generator],
-                  live: list[bool], by_index: bool | None = None) -> tuple[Rollout, torch.Tensor]:
+                  live: list[bool], by_index: bool | None = None,
+                  behaviour: SeedAxisActorCritic | None = None) -> tuple[Rollout, torch.Tensor]:
     """``collect`` for the S seeds of a trial at once: ``env`` holds S blocks of N
     environments (``TorchEnv``'s ``streams``), block s acts with seed s's network and draws
-    with ``generators[s]``; the rollout has S * N columns (``Rollout.seed`` cuts seed s's)."""
+    with ``generators[s]``; the rollout has S * N columns (``Rollout.seed`` cuts seed s's).
+    ``behaviour``: the seeds' networks that act, where they are not ``agent``'s (whose
+    critics still give every value), as ``collect``'s."""
     seeds = agent.seeds
+    actor = agent if behaviour is None else behaviour
 
     def by_seed(o: torch.Tensor) -> torch.Tensor:
         return o.view(seeds, o.shape[0] // seeds, -1)
 
     def act(o):
-        return tuple(t.flatten(0, 1) for t in agent.sample(by_seed(o), generators, live))
+        return tuple(t.flatten(0, 1) for t in actor.sample(by_seed(o), generators, live))
 
     def value(o):
         return agent.value(by_seed(o)).flatten()

@@ -7,8 +7,11 @@ action and minibatch streams, advantages computed on its own rollout (the advant
 called once per seed, so every normalisation is the seed's own; once on all rows for a method
 that declares ``row_independent``), its own entropy method
 instance, its own gradient clipping (the norm over its own parameters), its own counters and
-stopping. The loss of each seed is the sequential loop's formula (``ppo.minibatch_loss``,
-``reinforce.reinforce_loss``) on that seed's rows of one batched forward pass; the S losses
+stopping, and with ``policy_lag`` = k its own lagged copy (``LaggedSeedPolicy``: the
+seed's parameters of k updates before act, its current critic gives the values, the learner's
+log-probabilities and ``train/ess`` are each seed's own). The loss of each seed is the
+sequential loop's formula (``ppo.minibatch_loss``, ``reinforce.reinforce_loss``) on that
+seed's rows of one batched forward pass; the S losses
 are summed for one backward pass (a seed's loss reaches only its own parameters) and one
 optimizer built on the seed axis steps all seeds. A seed whose loss stops being finite stops
 (its parameters are frozen, its environments step with action 0, its metrics end) while the
@@ -49,6 +52,8 @@ from workbench.testbeds.control.loop import (
     _reshape,
     finite_per_seed,
     minibatch_settings,
+    reads_the_learner,
+    rollout_ess,
     update_metrics,
 )
 from workbench.testbeds.control.policy import SeedAxisActorCritic
@@ -62,9 +67,36 @@ if TYPE_CHECKING:
     from workbench.common.budget import Budget, SeedsLogFn
 
 
-#: why ``policy_lag`` > 0 runs its seeds one at a time
-LAG_ON_THE_SEED_AXIS = ("policy_lag > 0 acts with a lagged copy of each seed's network, which "
-                        "the seed axis does not keep (its seeds run one at a time)")
+class LaggedSeedPolicy:
+    """``loop.LaggedPolicy`` on a seed axis: a frozen copy of the S seeds' networks loaded, at
+    each ``step()`` (once per update, before the rollout), with each seed's parameters as
+    they were ``lag`` updates before (the initial ones during the first ``lag`` updates)."""
+
+    def __init__(self, agent: SeedAxisActorCritic, lag: int):
+        self.agent = agent
+        self.copy = agent.frozen_copy()
+        self.snapshots: deque[list[torch.Tensor]] = deque(maxlen=lag + 1)
+
+    def step(self) -> SeedAxisActorCritic:
+        """Record the current parameters; the copy with those of ``lag`` updates ago."""
+        self.snapshots.append(self.agent.snapshot())
+        self.copy.load(self.snapshots[0])
+        return self.copy
+
+
+@torch.no_grad()
+def learner_log_probs_seeds(agent: SeedAxisActorCritic, rollout: Rollout) -> torch.Tensor:
+    """(T, S * N): ``loop.learner_log_probs`` of each seed's columns under its own network,
+    in one batched forward pass."""
+    horizon, columns = rollout.log_probs.shape
+    seeds = agent.seeds
+    n = columns // seeds
+
+    def by_seed(t: torch.Tensor) -> torch.Tensor:  # (T, S * N, ...) -> (S, T * N, ...)
+        return t.reshape(horizon, seeds, n, *t.shape[2:]).transpose(0, 1).flatten(1, 2)
+
+    log_probs, _ = agent.evaluate(by_seed(rollout.obs), by_seed(rollout.actions))
+    return log_probs.reshape(seeds, horizon, n).transpose(0, 1).reshape(horizon, columns)
 
 
 def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str, Any],
@@ -72,9 +104,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
                 log: SeedsLogFn) -> list[dict[str, Any]]:
     """``loop.train`` for seeds ``seeds`` at once (``env.streams`` = S blocks, seed s's
     block and network s); each seed's final metrics."""
-    if settings.policy_lag:
-        raise ValueError(LAG_ON_THE_SEED_AXIS)
     n_seeds, device = len(seeds), env.device
+    ess = torch.ones(n_seeds, dtype=torch.float64)  # each seed's ESS_hat: 1 on-policy
     num_envs, horizon = settings.num_envs, settings.rollout_len
     total_updates = budget.planned_steps(num_envs * horizon)
     ppo = settings.ppo
@@ -82,13 +113,16 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
     slots = open_rl_seed_slots(methods, agent.parameters, seeds=n_seeds, updates=total_updates,
                                per_update=per_update, batch=num_envs * horizon,
                                samples=budget.samples,
-                               info={"return_upper_bound": env.return_upper_bound})
+                               info={"return_upper_bound": env.return_upper_bound},
+                               on_axis={"importance_ess": lambda: ess})
     optimizer, entropy_slots, batch_slot = slots.optimizer, slots.entropy, slots.batch
     if slots.first_batch is not None:
         num_envs, horizon = _reshape(slots.first_batch, num_envs, horizon, settings.batch_axis)
     minibatch_orders = [seed_streams.torch_generator(s, "minibatches") for s in seeds]
     action_draws = [seed_streams.torch_generator(s, "actions", device=device) for s in seeds]
 
+    behaviour = LaggedSeedPolicy(agent, settings.policy_lag) if settings.policy_lag else None
+    learner_needed = reads_the_learner(methods, slots.advantage_inputs)
     if num_envs * n_seeds != env.num_envs:
         env.resize(num_envs * n_seeds)
     obs = env.reset(seed=[seed_streams.int_seed(s, "env") for s in seeds])
@@ -103,9 +137,18 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
         if num_envs * n_seeds != env.num_envs:
             obs = env.resize(num_envs * n_seeds)
         agent.freeze(torch.tensor(live, device=device))
-        rollout, obs = collect_seeds(env, agent, obs, horizon, action_draws, live)
+        if behaviour is None:
+            rollout, obs = collect_seeds(env, agent, obs, horizon, action_draws, live)
+        else:
+            rollout, obs = collect_seeds(env, agent, obs, horizon, action_draws, live,
+                                         behaviour=behaviour.step())
+            if learner_needed:
+                rollout.target_log_probs = learner_log_probs_seeds(agent, rollout)
         env_steps += rollout.size // n_seeds
         own = [rollout.seed(s, num_envs) for s in range(n_seeds)]
+        seed_ess = [1.0 if behaviour is None else rollout_ess(r) if alive else 1.0
+                    for r, alive in zip(own, live, strict=True)]
+        ess.copy_(torch.tensor(seed_ess, dtype=torch.float64).nan_to_num(1.0))
         episodes = [r.episode_stats() for r in own]
         for s, r in enumerate(own):
             if live[s] and episodes[s]:
@@ -136,7 +179,8 @@ def train_seeds(env: TorchEnv, agent: SeedAxisActorCritic, methods: Mapping[str,
                 rollout_entropy=rollout_entropy[s], entropy_coef=coefs[s], num_envs=num_envs,
                 horizon=horizon, env_steps=env_steps, update=update, seconds=share,
                 recent=recent[s],
-                minibatches=cut.minibatches if settings.algorithm == "ppo" else None)
+                minibatches=cut.minibatches if settings.algorithm == "ppo" else None,
+                ess=seed_ess[s])
         log(update, shown)
         spent = budget.spent(env_steps, share)
         finite = finite_per_seed(agent.parameters, seeds=n_seeds).tolist()

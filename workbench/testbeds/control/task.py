@@ -21,7 +21,7 @@ from workbench.testbeds.control.loop import LoopSettings, RolloutSettings, train
 from workbench.testbeds.control.policy import ActorCritic, SeedAxisActorCritic
 from workbench.testbeds.control.ppo import PPOSettings
 from workbench.testbeds.control.rollout import ADVANTAGE_INPUTS
-from workbench.testbeds.control.seed_axis import LAG_ON_THE_SEED_AXIS, train_seeds
+from workbench.testbeds.control.seed_axis import train_seeds
 from workbench.testbeds.envs import TORCH_ENVS, make
 
 
@@ -56,7 +56,7 @@ class Control(Task):
     slots = ("step_size", "batch_size", "entropy", "advantage")
     default_methods = {"step_size": "adam_schedule", "batch_size": "constant",
                        "entropy": "constant", "advantage": "gae"}
-    provides = frozenset({"closure", "rl_stats"}) | ADVANTAGE_INPUTS
+    provides = frozenset({"closure", "rl_stats", "importance_ess"}) | ADVANTAGE_INPUTS
     Params = ControlParams
     metrics = {"train/return": "maximize", "train/return_recent": "maximize",
                "train/episode_length": "maximize", "train/entropy": "maximize",
@@ -91,8 +91,6 @@ class Control(Task):
         if params.backend != "torch" or params.env not in TORCH_ENVS:
             return (f"environment {params.env} with backend {params.backend} steps through "
                     "Gymnasium, one seed at a time")
-        if params.policy_lag:
-            return LAG_ON_THE_SEED_AXIS
         return None
 
     def run_seeds(self, params, methods, *, seeds, device, budget, log):
