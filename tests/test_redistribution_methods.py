@@ -170,3 +170,75 @@ def test_stamp_keeps_each_episodes_sign_and_mean():
     assert torch.all((adv * episode[:, None])[ok] >= 0)
     assert torch.all(adv[~ok] == 0)
     assert not torch.allclose(adv, base * mask)  # the credit moved something
+
+
+# ---------------------------------------------------------------------------------- step_opsd
+# group 0: row 0 (3 steps, goal) and row 1 (2 steps, failed): A = +-a, a = 0.5 / (sqrt(1/2)
+# + 1e-6) (verl's epsilon); group 1: rows 2 and 3 both failed (equal scores): A = 0
+A_OPSD = 0.5 / (0.5 ** 0.5 + 1e-6)
+OPSD_MASK = _mask([3, 2, 3, 3], 3)
+OPSD_GROUPS = torch.tensor([0, 0, 1, 1])
+OPSD_REWARDS = torch.zeros(4, 3, dtype=torch.float64)
+OPSD_REWARDS[0, 2] = 1.0
+OPSD_REF = torch.tensor([[-1.0, -0.5, -2.0], [-1.0, -1.0, -9.0], [-1.0, -1.0, -1.0],
+                         [-0.5, -0.5, -0.5]], dtype=torch.float64)
+# gaps old - ref: row 0 (0.2, -0.1, 0.3), row 1 (0.4, -0.2), rows 2, 3 anything
+OPSD_OLD = OPSD_REF + torch.tensor([[0.2, -0.1, 0.3], [0.4, -0.2, 5.0], [0.1, 0.2, 0.3],
+                                    [0.3, 0.2, 0.1]], dtype=torch.float64)
+
+
+def _opsd(old=OPSD_OLD, **params):
+    return _method("step_opsd", **params).compute(
+        rewards=OPSD_REWARDS, mask=OPSD_MASK, group_ids=OPSD_GROUPS, old_log_probs=old,
+        ref_log_probs=OPSD_REF)
+
+
+def test_step_opsd_matches_the_formula_worked_by_hand():
+    # lambda 0.5, alpha 1, l1 budget:
+    # row 0 (A = +a): c^ = 3 (0.2, -0.1, 0.3) / 0.6 = (1, -0.5, 1.5); clipped (1, -0.5, 1);
+    #        factors 1 + 0.5 c = (1.5, 0.75, 1.5)
+    # row 1 (A = -a): c^ = 2 (0.4, -0.2) / 0.6 = (4/3, -2/3); sign -: (-4/3, 2/3), clipped
+    #        (-1, 2/3); factors (0.5, 4/3): advantages (-a/2, -4a/3)
+    # rows 2, 3: A = 0 whatever the gaps
+    adv, ret = _opsd()
+    a = A_OPSD
+    expected = torch.tensor([[1.5 * a, 0.75 * a, 1.5 * a], [-0.5 * a, -4 / 3 * a, 0.0],
+                             [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(adv, expected)
+    assert torch.equal(adv, ret)
+
+
+def test_step_opsd_zscore_budget_and_a_tighter_clip_by_hand():
+    # row 0: gaps (0.2, -0.1, 0.3), mean 0.4 / 3 = 2/15, deviations (1/15, -7/30, 1/6);
+    # population variance (1/225 + 49/900 + 1/36) / 3 = (4 + 49 + 25) / 2700 = 78 / 2700,
+    # std = sqrt(78) / sqrt(2700); z = deviations / std. Clip 0.5, lambda 0.8.
+    adv, _ = _opsd(budget="zscore", alpha_clip=0.5, lambda_mix=0.8)
+    a = A_OPSD
+    dev = torch.tensor([1 / 15, -7 / 30, 1 / 6], dtype=torch.float64)
+    z = dev / (78 / 2700) ** 0.5  # about (0.392, -1.373, 0.981)
+    assert torch.allclose(adv[0], a * (1 + 0.8 * z.clamp(-0.5, 0.5)))
+    assert torch.allclose(adv[0], a * torch.tensor([1 + 0.8 * 0.392232, 0.6, 1.4],
+                                                   dtype=torch.float64), atol=1e-6)
+    # row 1: gaps (0.4, -0.2): z = (1, -1); sign -: (-1, 1) clipped (-0.5, 0.5): (0.6, 1.4)
+    assert torch.allclose(adv[1, :2], -a * torch.tensor([0.6, 1.4], dtype=torch.float64))
+
+
+def test_step_opsd_without_a_gap_is_grpo_on_the_outcome():
+    # the policy still its reference (gaps at float noise, as at the first update): GRPO
+    noisy = OPSD_REF + 1e-8 * torch.tensor([[1.0, -1.0, 0.5]]).to(torch.float64)
+    adv, _ = _opsd(old=noisy)
+    grpo, _ = _method("grpo").compute(rewards=OPSD_REWARDS, mask=OPSD_MASK,
+                                      group_ids=OPSD_GROUPS)
+    assert torch.allclose(adv, grpo * OPSD_MASK)
+    assert torch.allclose(_opsd(lambda_mix=0.0)[0], grpo * OPSD_MASK)
+
+
+def test_step_opsd_with_the_reference_as_teacher_reverses_the_gap():
+    # the reference's gap ref - old is the policy's gap with the two inputs swapped
+    swapped = _method("step_opsd").compute(
+        rewards=OPSD_REWARDS, mask=OPSD_MASK, group_ids=OPSD_GROUPS, old_log_probs=OPSD_REF,
+        ref_log_probs=OPSD_OLD)[0]
+    adv = _opsd(teacher="reference")[0]
+    assert torch.allclose(adv, swapped)
+    # row 0 (A = +a): c^ = (-1, 0.5, -1.5) clipped (-1, 0.5, -1): factors (0.5, 1.25, 0.5)
+    assert torch.allclose(adv[0], A_OPSD * torch.tensor([0.5, 1.25, 0.5], dtype=torch.float64))
