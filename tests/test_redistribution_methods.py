@@ -242,3 +242,64 @@ def test_step_opsd_with_the_reference_as_teacher_reverses_the_gap():
     assert torch.allclose(adv, swapped)
     # row 0 (A = +a): c^ = (-1, 0.5, -1.5) clipped (-1, 0.5, -1): factors (0.5, 1.25, 0.5)
     assert torch.allclose(adv[0], A_OPSD * torch.tensor([0.5, 1.25, 0.5], dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------------------- swap
+# group 0: rows 0 (2 steps, goal), 1 (4 steps, goal), 2 (4 steps, failed); group 1: rows 3, 4
+# (2 steps each, failed: equal scores, A = 0). GRPO in group 0: scores (1, 1, 0), mean 2/3,
+# unbiased std sqrt((1/9 + 1/9 + 4/9) / 2) = 1/sqrt(3): A = (1/3, 1/3, -2/3) / (1/sqrt(3) +
+# 1e-6). L_ref = 2 (row 0): excess E = (0, 2, 2); row 2 is penalised only with penalize = all.
+SWAP_MASK = _mask([2, 4, 4, 2, 2], 4)
+SWAP_GROUPS = torch.tensor([0, 0, 0, 1, 1])
+SWAP_REWARDS = torch.zeros(5, 4, dtype=torch.float64)
+SWAP_REWARDS[0, 1] = SWAP_REWARDS[1, 3] = 1.0
+# V^ (B, T + 1), column k the state step k starts from; after the last step V = 0 is implied
+SWAP_VALUES = torch.tensor([[0.5, 1.0, 9.0, 9.0, 9.0],
+                            [0.5, 0.5, 1.0, 1.0, 9.0],
+                            [0.2, 0.2, 0.2, 0.2, 9.0],
+                            [0.0, 0.0, 9.0, 9.0, 9.0],
+                            [0.3, 0.1, 9.0, 9.0, 9.0]], dtype=torch.float64)
+SWAP_A = (1 / 3) / (3 ** -0.5 + 1e-6)
+LN3 = torch.log(torch.tensor(3.0, dtype=torch.float64))
+
+
+def _swap(**params):
+    return _method("swap", **params).compute(rewards=SWAP_REWARDS, mask=SWAP_MASK,
+                                             group_ids=SWAP_GROUPS, mc_values=SWAP_VALUES)
+
+
+def test_swap_matches_the_formula_worked_by_hand():
+    # row 1's importance (progress r + V(next) - V): (0 + .5 - .5, 0 + 1 - .5, 0 + 1 - 1,
+    # 1 + 0 - 1) = (0, 0.5, 0, 0). tau = 0.5 / ln 3: -I / tau = (0, -ln 3, 0, 0), softmax
+    # (1, 1/3, 1, 1) / (10/3) = (0.3, 0.1, 0.3, 0.3); beta 1, E 2: penalties (.6, .2, .6, .6)
+    tau = float(0.5 / LN3)
+    adv, ret = _swap(beta=1.0, tau=tau)
+    a = SWAP_A
+    expected = torch.tensor([[a, a, 0, 0],
+                             [a - 0.6, a - 0.2, a - 0.6, a - 0.6],
+                             [-2 * a] * 4,
+                             [0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float64)
+    assert torch.allclose(adv, expected)
+    assert torch.allclose(ret, torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [0] * 4, [0] * 4,
+                                             [0] * 4], dtype=torch.float64))
+
+
+def test_swap_penalizing_every_row_and_a_flat_temperature_by_hand():
+    # penalize = all: row 2 (failed, 4 steps) has E = 2 too; its importance (0, 0, 0, 0 + 0 -
+    # 0.2) = (0, 0, 0, -0.2): -I / tau = (0, 0, 0, 0.4 ln 3): weights (1, 1, 1, 3^0.4) / (3 +
+    # 3^0.4); beta 0.5: penalties 0.5 * 2 * weights. Rows 3, 4 (2 steps, no correct row in
+    # their group) have no reference length: no penalty.
+    tau = float(0.5 / LN3)
+    adv, _ = _swap(beta=0.5, tau=tau, penalize="all")
+    w = torch.tensor([1.0, 1.0, 1.0, 3 ** 0.4], dtype=torch.float64) / (3 + 3 ** 0.4)
+    assert torch.allclose(adv[2], -2 * SWAP_A - 1.0 * w)
+    assert torch.allclose(adv[1], torch.tensor([SWAP_A - 0.3, SWAP_A - 0.1, SWAP_A - 0.3,
+                                                SWAP_A - 0.3], dtype=torch.float64))
+    assert torch.all(adv[3:] == 0)
+    # a very high temperature spreads the penalty evenly: beta * E / L = 0.5 * 2 / 4 a step
+    even, _ = _swap(beta=0.5, tau=1e9)
+    assert torch.allclose(even[1], torch.full((4,), SWAP_A - 0.25, dtype=torch.float64))
+    # beta = 0 is GRPO on the outcome
+    grpo, _ = _method("grpo").compute(rewards=SWAP_REWARDS, mask=SWAP_MASK,
+                                      group_ids=SWAP_GROUPS)
+    assert torch.allclose(_swap(beta=0.0)[0], grpo * SWAP_MASK)
