@@ -6,9 +6,11 @@ log-probability gap) and ``swap`` (excess-length penalty spread over low-importa
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from workbench import registry
+from workbench.testbeds import TASKS, Budget
 
 
 def _mask(lengths, width):
@@ -303,3 +305,24 @@ def test_swap_penalizing_every_row_and_a_flat_temperature_by_hand():
     grpo, _ = _method("grpo").compute(rewards=SWAP_REWARDS, mask=SWAP_MASK,
                                       group_ids=SWAP_GROUPS)
     assert torch.allclose(_swap(beta=0.0)[0], grpo * SWAP_MASK)
+
+
+# ------------------------------------------------------------------------ in the key-door loop
+@pytest.mark.parametrize("name", ["prorl_centering", "stamp", "step_opsd", "swap"])
+def test_each_method_runs_in_the_key_door_loop(name):
+    task = TASKS["keydoor"]
+    methods = {slot: registry.get(slot, m)() for slot, m in task.default_methods.items()}
+    methods["advantage"] = registry.get("advantage", name)()
+    logged: list[dict] = []
+    params = task.Params(train_instances=8, eval_instances=4, instances_per_update=4,
+                         group_size=4, max_steps=30)
+    task().run(params, methods, seed=0, device=torch.device("cpu"), budget=Budget(steps=3),
+               log=lambda step, m: logged.append(dict(m)))
+    assert len(logged) == 3
+    assert all(torch.isfinite(torch.tensor(m["train/policy_loss"])) for m in logged)
+    assert min(m["adv/zero_fraction"] for m in logged) < 1.0  # some group told rows apart
+    played = [m["train/episode_length"] * 4 * 4 for m in logged]
+    if name == "swap":  # every step's state continued 4 times for its Monte Carlo value
+        assert logged[0]["cost/env_steps"] > played[0] * 1.5
+    else:
+        assert logged[0]["cost/env_steps"] == pytest.approx(played[0])
