@@ -1,6 +1,7 @@
 """The sign- and mean-preserving redistribution of a per-episode advantage over its steps, the
-primitive the credit-over-steps estimators share (rubric_redistribution; the catalogue's STAMP
-and StepOPSD would use it with other credit sources).
+primitive the credit-over-steps estimators share (rubric_redistribution with the rubric items'
+credit, stamp with first-exposure counts). StepOPSD's clipped multiplicative shaping
+(step_opsd) keeps the sign but not the mean, so it does not use it.
 
 For row i with advantage A_i, K_i valid steps and nonnegative credit c_{i,t} at its steps:
 
