@@ -23,7 +23,8 @@ Per step k:
        L = agg(max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))) + beta * agg(KL_t)
            - c * agg(H_t) + value loss (+ the entropy method's extra loss)
 
-   with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
+   with token-, sequence- (GSPO) or prefix-level (PNPO) ratios r (``ratio_level``;
+   ``shared.losses.ppo_clip_loss``), the aggregation ``loss_agg``
    (``shared.losses.aggregate``; ``seq-mean-token-sum-norm`` divides by ``loss_constant``'s
    constant), KL estimator ``kl_kind`` to the reference with weight
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot; each
