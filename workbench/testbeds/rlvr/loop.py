@@ -3,7 +3,9 @@ advantages with the slot's method, then clipped policy-gradient epochs on the ba
 
 Per step k:
 
-1. rollout: the backend samples G completions for each of P training prompts (with
+1. rollout: the backend samples G completions for each of P training prompts, each at most
+   the batch-size slot's ``sequence_length`` tokens (``max_new_tokens`` unless the method
+   ramps it; the held-out evaluation keeps ``max_new_tokens``) (with
    ``dynamic_sampling``, DAPO's rule: groups whose rewards are all equal are dropped and new
    prompts are drawn until P groups are kept or ``max_refills`` draws are spent; with a
    batch-size method's per-prompt group sizes, ``first_group_size`` completions each, then
@@ -334,8 +336,11 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     samples, tokens, seconds, step, diverged = 0, 0, 0.0, 0, False
     while step < budget.steps:
         started = time.perf_counter()
-        # 1-2. rollout and rewards
-        batch, rollout_stats = sample_batch(backend, train_set, rng, settings, prompts,
+        # 1-2. rollout and rewards, responses capped at the batch slot's sequence length
+        cap = batch_slot.sequence_length(step, settings.max_new_tokens)
+        rollout_settings = (settings if cap == settings.max_new_tokens
+                            else settings.model_copy(update={"max_new_tokens": cap}))
+        batch, rollout_stats = sample_batch(backend, train_set, rng, rollout_settings, prompts,
                                             group_size, pad_id, seed, device, step, batch_slot)
         # 3. log-probs of the sampling policy (and the reference)
         policy.eval()
@@ -359,7 +364,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                              "rollout backend did not return")
         mean_reward = float(batch.scores.mean())
         # 4. advantages
-        baselines = (_greedy_baselines(batch, backend, settings,
+        baselines = (_greedy_baselines(batch, backend, rollout_settings,
                                        seeds.int_seed(seed, "baselines", step))
                      if "reward_baselines" in needs else None)
         advantages, returns = compute_advantages(
@@ -403,6 +408,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "batch/prompts": float(prompts), "batch/group_size": float(group_counts.mean()),
             "batch/group_size_max": float(group_counts.max()),
             "batch/size": float(len(batch.scores)),
+            "batch/sequence_length": float(cap),
             "time/train_tokens_per_second": step_tokens * settings.epochs / train_seconds,
             "time/weight_sync_seconds": sync_seconds,
             "cost/samples": float(samples), "cost/tokens": float(tokens),
