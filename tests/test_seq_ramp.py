@@ -102,3 +102,19 @@ def test_the_rlvr_loop_caps_rollouts_at_the_hooked_length(monkeypatch):
     assert {cap for cap, _ in calls} == {2, 4, 8}  # the evaluation keeps the configured 8
     assert all(math.isfinite(m["train/policy_loss"]) for m in steps)
     assert torch.tensor([m["batch/sequence_length"] for m in steps]).max() == 8.0
+
+
+def test_the_contract_refuses_a_cap_outside_the_configured_one():
+    from workbench.families._checks import ContractViolation
+    from workbench.families.batch_size import check_configuration
+
+    base = registry.get("batch_size", "seq_ramp")
+
+    class Longer(base):
+        def sequence_length(self, step, configured):
+            return configured + 1
+
+    with pytest.raises(ContractViolation, match="sequence_length"):
+        check_configuration(Longer, {}, Longer())
+    check_configuration(base, {}, base())
+    check_configuration(base, {"sizing": "t23", "stages": 3}, base(sizing="t23", stages=3))
