@@ -490,7 +490,9 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
 
 def loss_constant(settings: RLSettings, mask: torch.Tensor) -> float:
     """The constant of ``seq-mean-token-sum-norm`` (Dr. GRPO): the width T of the step's
-    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``)."""
+    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``; the
+    configured cap, not a batch-size method's per-step ``sequence_length``, so the scale stays
+    fixed)."""
     if settings.loss_constant == "max_new_tokens":
         return float(settings.max_new_tokens)
     return float(mask.shape[1])
