@@ -371,7 +371,7 @@ def test_norm_test_grows_the_batch_as_the_gradient_shrinks():
 # ---- shared behaviour -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["linear_ramp", "geometric_ramp", "noise_scale", "norm_test",
-                                  "wsd_batch"])
+                                  "wsd_batch", "seq_ramp"])
 def test_bounds_follow_the_task(name):
     info = {"batch_size": 8, "n_samples": 5}
     # min_size above n_samples is lowered to it; max_size 0 is n_samples

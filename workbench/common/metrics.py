@@ -72,6 +72,9 @@ VOCABULARY: dict[str, Metric] = {
                                 **NONNEGATIVE),
     "batch/minibatches": Metric("minibatches each epoch of the update's PPO pass cuts its "
                                 "batch into", "minibatches", **NONNEGATIVE),
+    "batch/sequence_length": Metric("the response cap of the step's rollouts (max_new_tokens, "
+                                    "or a batch-size method's sequence_length)", "tokens",
+                                    **NONNEGATIVE),
     "batch/prompts": Metric("prompts P in the step's batch", "prompts", **NONNEGATIVE),
     "batch/group_size": Metric("completions G per prompt in the step's batch (the mean over "
                                "prompts where group sizes differ)", "completions", **NONNEGATIVE),

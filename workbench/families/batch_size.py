@@ -9,7 +9,13 @@ previous answer, as the loop clamps it). Every answer is a positive int within
 floats; two fresh instances fed the same statistics give the same answers and diagnostics.
 ``first_group_size(8)`` is an int in [1, 8]; ``group_sizes`` on synthetic first rewards (4
 prompts, a budget of 4 x 8) is None or one int per prompt, each at least the prompt's first
-count, summing to at most the budget, and the same for a fresh instance.
+count, summing to at most the budget, and the same for a fresh instance. After ``start`` and
+after each answer, ``sequence_length(step, 16)`` is an int in [1, 16].
+
+Sequence length (optional, RLVR only): before each step's rollout the loop asks
+``sequence_length(step, configured)`` for the step's response cap (``max_new_tokens``, the
+task's ``configured`` value its ceiling); the default keeps the configured cap. A batch-and-
+sequence ramp (``seq_ramp``) grows both.
 
 Per-prompt group sizes (optional, RLVR only; a method using them ``requires``
 ``group_rewards``): the loop first samples ``first_group_size(G)`` completions per prompt, then
@@ -81,6 +87,11 @@ class BatchSizeMethod(Method):
         it)."""
         return group_size
 
+    def sequence_length(self, step: int, configured: int) -> int:
+        """The response cap (tokens) of step ``step``'s rollouts, of the task's ``configured``
+        cap, read after ``start`` and after each ``next_batch_size`` (the default keeps it)."""
+        return configured
+
     def group_sizes(self, first_rewards: list[list[float]], budget: int) -> list[int] | None:
         """Each prompt's total group size from the rewards of its first completions, the step's
         total within ``budget``; None (the default) keeps the first draw."""
@@ -134,6 +145,13 @@ class BatchSlot:
         if self.method is None:
             return configured
         return max(1, int(self.method.minibatches(batch_size, configured)))
+
+    def sequence_length(self, step: int, configured: int) -> int:
+        """The response cap of step ``step``'s rollouts: the method's answer within
+        [1, configured], or ``configured`` without a method."""
+        if self.method is None:
+            return configured
+        return max(1, min(int(self.method.sequence_length(step, configured)), configured))
 
     def first_group_size(self, group_size: int) -> int:
         """Completions each prompt gets first: the method's answer within [1, group_size]."""
@@ -246,6 +264,11 @@ def _check_minibatches(method, size: int, step: int) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ContractViolation(
             f"minibatches({size}, 4) {at} returned {count!r}; it must be a positive integer")
+    cap = guarded(f"in sequence_length() {at}", lambda: method.sequence_length(step, 16))
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 16:
+        raise ContractViolation(
+            f"sequence_length({step}, 16) {at} returned {cap!r}; it must be an integer within "
+            "[1, 16]")
 
 
 def _check_answer(size, step: int, lowest: int, highest: int, bounds: str) -> None:

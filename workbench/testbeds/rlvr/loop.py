@@ -3,7 +3,9 @@ advantages with the slot's method, then clipped policy-gradient epochs on the ba
 
 Per step k:
 
-1. rollout: the backend samples G completions for each of P training prompts (with
+1. rollout: the backend samples G completions for each of P training prompts, each at most
+   the batch-size slot's ``sequence_length`` tokens (``max_new_tokens`` unless the method
+   ramps it; the held-out evaluation keeps ``max_new_tokens``) (with
    ``dynamic_sampling``, DAPO's rule: groups whose rewards are all equal are dropped and new
    prompts are drawn until P groups are kept or ``max_refills`` draws are spent; with a
    batch-size method's per-prompt group sizes, ``first_group_size`` completions each, then
@@ -23,7 +25,8 @@ Per step k:
        L = agg(max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))) + beta * agg(KL_t)
            - c * agg(H_t) + value loss (+ the entropy method's extra loss)
 
-   with token- or sequence-level ratios r (``ratio_level``), the aggregation ``loss_agg``
+   with token-, sequence- (GSPO) or prefix-level (PNPO) ratios r (``ratio_level``;
+   ``shared.losses.ppo_clip_loss``), the aggregation ``loss_agg``
    (``shared.losses.aggregate``; ``seq-mean-token-sum-norm`` divides by ``loss_constant``'s
    constant), KL estimator ``kl_kind`` to the reference with weight
    ``kl_coef``; c, eps_low/eps_high and the token mask come from the entropy slot; each
@@ -352,8 +355,11 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
     samples, tokens, seconds, step, diverged = 0, 0, 0.0, 0, False
     while step < budget.steps:
         started = time.perf_counter()
-        # 1-2. rollout and rewards
-        batch, rollout_stats = sample_batch(backend, train_set, rng, settings, prompts,
+        # 1-2. rollout and rewards, responses capped at the batch slot's sequence length
+        cap = batch_slot.sequence_length(step, settings.max_new_tokens)
+        rollout_settings = (settings if cap == settings.max_new_tokens
+                            else settings.model_copy(update={"max_new_tokens": cap}))
+        batch, rollout_stats = sample_batch(backend, train_set, rng, rollout_settings, prompts,
                                             group_size, pad_id, seed, device, step, batch_slot)
         # 3. log-probs of the sampling policy (and the reference)
         policy.eval()
@@ -381,7 +387,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
                              "rollout backend did not return")
         mean_reward = float(batch.scores.mean())
         # 4. advantages
-        baselines = (_greedy_baselines(batch, backend, settings,
+        baselines = (_greedy_baselines(batch, backend, rollout_settings,
                                        seeds.int_seed(seed, "baselines", step))
                      if "reward_baselines" in needs else None)
         advantages, returns = compute_advantages(
@@ -426,6 +432,7 @@ def train(policy, tokenizer, backend: RolloutBackend, methods: Mapping[str, Any]
             "batch/prompts": float(prompts), "batch/group_size": float(group_counts.mean()),
             "batch/group_size_max": float(group_counts.max()),
             "batch/size": float(len(batch.scores)),
+            "batch/sequence_length": float(cap),
             "time/train_tokens_per_second": step_tokens * settings.epochs / train_seconds,
             "time/weight_sync_seconds": sync_seconds,
             "cost/samples": float(samples), "cost/tokens": float(tokens),
@@ -507,7 +514,9 @@ def _update(policy, value_head, optimizer, entropy_slot: EntropySlot, batch: Bat
 
 def loss_constant(settings: RLSettings, mask: torch.Tensor) -> float:
     """The constant of ``seq-mean-token-sum-norm`` (Dr. GRPO): the width T of the step's
-    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``)."""
+    response mask (its longest response) or ``max_new_tokens`` (``loss_constant``; the
+    configured cap, not a batch-size method's per-step ``sequence_length``, so the scale stays
+    fixed)."""
     if settings.loss_constant == "max_new_tokens":
         return float(settings.max_new_tokens)
     return float(mask.shape[1])

@@ -29,7 +29,9 @@ class RLSettings(Settings):
     minibatches: int = Field(1, ge=1)
     clip: float = Field(0.2, gt=0)
     dual_clip: float | None = Field(None, gt=1)
-    ratio_level: Literal["token", "sequence"] = "token"
+    ratio_level: Literal["token", "sequence", "prefix"] = Field(
+        "token", description="the importance ratio of the clipped loss: per token (PPO), the "
+        "sequence's geometric mean (GSPO) or each prefix's geometric mean (PNPO)")
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                       "seq-mean-token-sum-norm"] = "token-mean"
     loss_constant: Literal["longest", "max_new_tokens"] = Field(

@@ -1,6 +1,6 @@
-"""Policy-loss pieces for RL on language models: loss aggregation, the PPO-clip loss with token-
-or sequence-level (GSPO) ratios, and the KL estimators. Pure functions on (B, T) tensors, with
-``mask`` 1 at valid response tokens. Conventions follow verl
+"""Policy-loss pieces for RL on language models: loss aggregation, the PPO-clip loss with token-,
+sequence-level (GSPO) or prefix-level (PNPO) ratios, and the KL estimators. Pure functions on
+(B, T) tensors, with ``mask`` 1 at valid response tokens. Conventions follow verl
 (``verl/trainer/ppo/core_algos.py``: ``agg_loss``, ``compute_policy_loss_vanilla``,
 ``compute_policy_loss_gspo``, ``kl_penalty``); where TRL (``GRPOTrainer``) or OpenRLHF
 (``PolicyLoss``, ``compute_approx_kl``) differ, an argument selects, with verl's default.
@@ -16,10 +16,11 @@ import torch
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                 "seq-mean-token-sum-norm")
-RATIO_LEVELS = ("token", "sequence")
+RATIO_LEVELS = ("token", "sequence", "prefix")
 KL_KINDS = ("k1", "k2", "k3")
 TOKEN_LOG_RATIO_CLAMP = 20.0  # verl and OpenRLHF clamp log(pi / pi_old) to [-20, 20]
 SEQUENCE_LOG_RATIO_MAX = 10.0  # verl's GSPO clamps the log of the sequence ratio at 10
+#                                (the prefix level clamps its geometric mean's log the same way)
 
 
 def _weights(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -108,6 +109,20 @@ def clip_fractions(ratio: torch.Tensor, advantages: torch.Tensor, low, high,
             "clip_frac": _masked_mean((below | above).to(ratio.dtype), mask)}
 
 
+def prefix_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """PNPO's prefix geometric-mean ratio of (..., B, T) per-token log-ratios log r_t:
+    w_t = exp(min(c_t / n_t, 10)), c_t = sum_{k<=t} m_k clamp(log r_k, -20, 20) and
+    n_t = max(1, sum_{k<=t} m_k) (m: the mask; positions before a row's first valid token get
+    1, masked positions the last valid prefix's value; the aggregation drops both)."""
+    weights = _weights(mask, log_ratio)
+    clamped = log_ratio.clamp(-TOKEN_LOG_RATIO_CLAMP, TOKEN_LOG_RATIO_CLAMP)
+    kept = torch.where(weights != 0, clamped, torch.zeros((), dtype=log_ratio.dtype,
+                                                          device=log_ratio.device))
+    total = torch.cumsum(kept * weights, dim=-1)
+    count = torch.cumsum(weights, dim=-1).clamp(min=1)
+    return torch.exp((total / count).clamp(max=SEQUENCE_LOG_RATIO_MAX))
+
+
 def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
                   advantages: torch.Tensor, mask: torch.Tensor, clip_low=0.2, clip_high=0.2,
                   dual_clip: float | None = None, ratio_level: str = "token",
@@ -136,9 +151,22 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
       log pi_t - log pi_old_t), used at every token through verl's GSPO-token form
       r_t = sg[s_i] * pi_t / sg[pi_t] (sg: stop-gradient; its log clamped at 10): the value is
       s_i and the gradient flows through each token's log pi_t, so with a sequence-constant
-      advantage it equals differentiating s_i itself (TRL's form).
+      advantage it equals differentiating s_i itself (TRL's form);
+    - ``prefix`` (PNPO, Prefix-Normalized Policy Optimization; catalogue #71, reconstructed
+      from the abstract's definition): the geometric mean of the ratios along each causal
+      prefix, w_t = exp((1/t) sum_{k<=t} log r_k), t counted from 1 at the row's first valid
+      token and only valid tokens (``mask``) entering the sum and the count. Each token
+      keeps its own ratio w_t in the clipped surrogate min(w_t A, clip(w_t) A), and w_t is
+      differentiated directly, so token t's loss sends gradient w_t / t (where unclipped) to
+      every log pi_k of its prefix. Clamps (our choice; the abstract gives none): each
+      log r_k to [-20, 20] as at the token level, and the prefix mean's log at 10 from above
+      as verl's GSPO does its sequence mean (a mean of clamped logs lies in [-20, 20]).
+      Off-policy only: with pi = pi_old (one epoch, one minibatch) w_t = 1 at every token, as
+      r_t is, so the loss's value equals the token level's under the same aggregation.
 
-    ``agg`` defaults to ``token-mean`` for token ratios (verl's default) and to
+    ``agg`` defaults to ``token-mean`` for token and prefix ratios (verl's default; a prefix
+    ratio differs per token, as a token ratio does, and the abstract's surrogate sums over the
+    tokens; our choice, the abstract does not say how PNPO normalises) and to
     ``seq-mean-token-mean`` for sequence ratios (verl's GSPO always uses it; TRL recommends it).
 
     Metrics (floats; token means over the mask): ``clip_frac_low``, ``clip_frac_high`` and
@@ -152,10 +180,12 @@ def ppo_clip_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor,
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip!r}")
     if agg is None:
-        agg = "token-mean" if ratio_level == "token" else "seq-mean-token-mean"
+        agg = "seq-mean-token-mean" if ratio_level == "sequence" else "token-mean"
     log_ratio = log_probs - old_log_probs
     if ratio_level == "token":
         ratio = torch.exp(log_ratio.clamp(-TOKEN_LOG_RATIO_CLAMP, TOKEN_LOG_RATIO_CLAMP))
+    elif ratio_level == "prefix":
+        ratio = prefix_ratio(log_ratio, mask)
     else:
         tokens = _weights(mask, log_ratio).sum(dim=-1).clamp(min=1)
         sequence = _masked_sum(log_ratio, mask, dim=-1) / tokens
