@@ -231,7 +231,7 @@ def test_the_turn_count_bias_follows_its_formula():
     # truth g = (2, 0, 0), turn-count gradient ∇T = (1, 1, 0): u = ∇T - (2 / 4) g = (0, 1, 0)
     truth, turns = np.array([2.0, 0.0, 0.0]), np.array([1.0, 1.0, 0.0])
     assert gradient.turn_direction(truth, turns) == pytest.approx([0.0, 1.0, 0.0])
-    # a scaled truth (GRPO's std, Dr. GRPO's (G - 1) / G) has no turn-count bias
+    # a uniformly scaled truth (Dr. GRPO's (G - 1) / G) has no turn-count bias
     scaled = np.array([[3.0, 0.0, 0.0], [5.0, 0.0, 0.0]])
     found = gradient.statistics(scaled, np.ones((1, 2)), truth, turns)
     assert found["grad_turn_bias"][0] == pytest.approx(0.0)

@@ -41,9 +41,11 @@ the undiscounted return J_i = E[sum_t r_t] of instance i within ``max_steps`` mo
     reward c per turn, Â_t = A_t + c (L − t) (t counted from 0), has E[ĝ] = g + c ∇T (the
     policy gradient theorem for the return sum_t c), hence grad_turn_bias = c exactly; a
     constant added to every step (Â_t = A_t + c) or any baseline b(s_t) adds nothing
-    (E[grad log pi(a_t | s_t) | s_t] = 0), and a scale (E[ĝ] = k g) has no part along u, so an
-    unbiased estimator, GRPO's division by the group's std and Dr. GRPO's (G − 1) / G all give
-    about 0, and a per-turn construction that pays (or charges) turns gives its rate. Not
+    (E[grad log pi(a_t | s_t) | s_t] = 0), and a uniform scale (E[ĝ] = k g) has no part along
+    u, so an unbiased estimator and Dr. GRPO's (G − 1) / G give about 0, and a per-turn
+    construction that pays (or charges) turns gives its rate. GRPO's division by each group's
+    std is not a uniform scale (each instance's term weighed by its own 1 / std, which depends
+    on how often, so how soon, its rollouts succeed) and can have a turn-count bias. Not
     defined (nan) when ∇T is parallel to g (u = 0). It is linear in ḡ, so without bias in the
     estimate; one direction of the bias, not all of it (grad_rel_bias is all of it).
 
