@@ -70,7 +70,9 @@ def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     groups = torch.arange(2).repeat_interleave(2)
     filled = episode_batch(play(env, policy, torch.Generator().manual_seed(0), values=True),
                            groups).provided()
-    assert filled == EPISODE_INPUTS == given("keydoor-lm") == given("toolcalc-lm")
+    assert filled == EPISODE_INPUTS
+    # the turn loop's frozen reference model gives ref_log_probs
+    assert filled | {"ref_log_probs"} == given("keydoor-lm") == given("toolcalc-lm")
     judged = episode_batch(play(env, policy, torch.Generator().manual_seed(0), values=True,
                                 judge=KeyDoorJudge), groups).provided()
     # mc_values: the loop's continuations; ref_log_probs: its frozen reference policy

@@ -334,11 +334,102 @@ def test_backend_generates_one_action_per_active_row(tiny):
 
 def test_methods_needing_what_the_turn_loop_lacks_are_refused():
     """No Monte Carlo continuations on the language-model loop: the spec check leaves out
-    spo_chain, and keeps the turn-level and the tree estimators (tests/test_agent_lm_trees.py)."""
+    spo_chain, and keeps the turn-level and the tree estimators (tests/test_agent_lm_trees.py)
+    and implicit_prm (the loop's frozen reference)."""
     from workbench.spec.resolve import fitting_methods
 
     for name in ("keydoor-lm", "toolcalc-lm"):
         fits = fitting_methods(get_task(name), "advantage")
         assert {"grpo", "rloo", "gigpo", "hgpo", "gae", "turn_gae", "tree_grpo",
-                "spo_tree"} <= set(fits), fits
+                "spo_tree", "implicit_prm"} <= set(fits), fits
         assert "spo_chain" not in fits, fits
+
+
+# ------------------------------------------------------------- the reference policy
+
+
+def test_reference_log_probs_are_the_policys_summed_per_turn_and_stay_frozen():
+    from workbench.testbeds.agent_lm.loop import ref_log_probs_of, reference_model
+
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(3)
+    model = build_model(TINY_MODEL, tokenizer)
+    reference = reference_model(model)
+    backend = make_backend("hf", model, tokenizer, None, "cpu")
+    env = KeyDoor(layouts(3), max_steps=4)
+    turns = play_turns(env, model, tokenizer, backend, sample_seed=lambda t: 11 + t,
+                       max_new_tokens=3, temperature=0.7)
+    # chunks of 2 turns: the same numbers as scoring all at once
+    same = ref_log_probs_of(reference, turns, 0.7, chunk=2)
+    assert same.shape == turns.mask.shape
+    # each turn's action tokens summed, as the sampling policy's turn log-probabilities
+    assert torch.allclose(same, turns.log_probs * turns.mask, atol=1e-4)
+    assert torch.all(same[turns.mask == 0] == 0) and torch.all(same[turns.mask != 0] < 0)
+    # one turn by hand: its tokens' log-probabilities under the reference, summed
+    row, turn = 0, 0
+    flat = int(turns.index[row, turn])
+    assert same[row, turn] == pytest.approx(
+        float(turns.token_log_probs[flat].sum()), abs=1e-4)
+    with torch.no_grad():  # the policy moves on; the reference does not
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    assert torch.equal(ref_log_probs_of(reference, turns, 0.7), same)
+    assert not any(p.requires_grad for p in reference.parameters())
+    assert not reference.training
+
+
+def test_implicit_prm_gets_the_initial_policy_as_its_reference(monkeypatch):
+    """The loop fills ref_log_probs only for a method that reads them; at the first update
+    the reference is the policy itself (ref_log_probs = old_log_probs on every played turn);
+    once the policy has moved (here: its weights shifted after the first update, as a tiny
+    run's all-failed first batch gives no gradient) they differ, the reference made once."""
+    from workbench.testbeds.agent_lm import loop
+
+    seen, made = [], []
+    compute, copy_of = loop.compute_advantages, loop.reference_model
+
+    def spy(method, batch, inputs):
+        seen.append(batch)
+        if made and len(seen) == 3:  # implicit_prm's first update: move the policy on
+            with torch.no_grad():
+                for p in made[0].parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+        return compute(method, batch, inputs)
+
+    def reference_model(model):
+        made.append(model)
+        return copy_of(model)
+
+    monkeypatch.setattr(loop, "compute_advantages", spy)
+    monkeypatch.setattr(loop, "reference_model", reference_model)
+    task = get_task("keydoor-lm")
+    for advantage in ("grpo", "implicit_prm"):
+        methods = {slot: registry.get(slot, method)() for slot, method in
+                   task.default_methods.items()}
+        methods["advantage"] = registry.get("advantage", advantage)()
+        out = task().run(task.Params(**TINY_TASK), methods, seed=0,
+                         device=torch.device("cpu"), budget=Budget(steps=2),
+                         log=lambda step, m: None)
+        assert out["steps"] == 2 and not out["diverged"]
+    grpo, _, first, second = seen  # two updates each
+    assert grpo.ref_log_probs is None  # nothing made for a method that does not read them
+    assert len(made) == 1
+    played = first.mask != 0
+    assert torch.allclose(first.ref_log_probs[played], first.old_log_probs[played], atol=1e-4)
+    assert torch.all(first.ref_log_probs[~played] == 0)
+    moved = second.mask != 0
+    assert (second.ref_log_probs[moved] - second.old_log_probs[moved]).abs().max() > 1e-2
+
+
+def test_workbench_run_keydoor_lm_with_implicit_prm(tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    params = [f"{k}={'null' if v is None else v}" for k, v in TINY_TASK.items()]
+    out = run_cli("run", "keydoor-lm", "advantage=implicit_prm", *params, "--steps", "2",
+                  "--json", "--device", "cpu", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["steps"] == 2 and not result["diverged"]
+    assert math.isfinite(result["train/policy_loss"])

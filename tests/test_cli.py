@@ -44,6 +44,17 @@ def test_run_with_no_slot_named_runs_every_slot_with_the_task_default(tmp_path):
     assert json.loads(out.stdout)["env_steps"] == 64
 
 
+def test_run_applies_a_slots_settings_when_only_another_slot_is_named(tmp_path):
+    """`run cartpole batch_size=constant step_size.lr=0.0123` used to drop step_size.lr
+    silently (the unnamed slot fell back to its default with no settings): the settings of an
+    unnamed slot go to the task's default method for it."""
+    out = run_cli("run", "cartpole", "batch_size=constant", "step_size.lr=0.0123",
+                  "num_envs=4", "rollout_len=16", "--steps", "1", "--device", "cpu",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "step_size=AdamSchedule(lr=0.0123," in out.stdout, out.stdout
+
+
 def test_run_takes_a_budget_in_environment_steps_as_sweeps_do(tmp_path):
     """--samples alone: no step limit, the run stops at the first update that reaches it;
     with --steps, whichever comes first; a bad value is named as typed (exit 2)."""

@@ -122,7 +122,7 @@ def test_the_statistics_follow_their_formulas():
     listed = estimates[[0, 0, 2, 3]]
     again = gradient.statistics(listed, np.ones((1, 4)), truth)
     for name, value in gradient.statistics(estimates, counts, truth).items():
-        assert value[0] == pytest.approx(again[name][0])
+        assert value[0] == pytest.approx(again[name][0], nan_ok=True)
     measured = gradient.measure(estimates, truth, 0.9, 200, np.random.default_rng(0))
     assert set(measured) == set(gradient.METRICS)
     with pytest.raises(ValueError):
@@ -168,6 +168,10 @@ def test_a_credit_spec_with_gradient_batches_writes_the_gradient_table(tmp_path)
         _, low, high = interval("dr_grpo", g, "grad_scale")
         assert low <= (g - 1) / g <= high and high < 1.0
     assert interval("grpo", 8, "grad_rel_bias")[1] > 0.0  # dividing by the group's std
+    for (label, g), row in rows.items():  # the turn-count bias is measured for every row
+        assert np.isfinite(interval(label, g, "grad_turn_bias")).all(), (label, g)
+        assert 1.0 <= float(row["mean_turns"]) <= 20.0
+    print({key: interval(*key, "grad_turn_bias") for key in rows})
     with (out / "table.csv").open() as handle:  # the step table is as without the gradient
         assert {r["estimator"] for r in csv.DictReader(handle)} == {"grpo", "rloo", "dr_grpo",
                                                                     "rtg"}
@@ -181,3 +185,109 @@ def test_one_gradient_batch_is_refused():
 def test_an_estimator_reading_the_reference_policy_is_refused():
     with pytest.raises(SpecError, match="ref_log_probs"):
         credit_plan.check(SPEC | {"estimators": ["grpo", "implicit_prm"]}, "spec.yaml")
+
+
+# ------------------------------------------------------------------ the turn-count bias
+
+
+def test_the_turn_count_tables_and_gradient_are_exact():
+    task = KeyDoorTask()
+    instances, policy = _setup(task, count=2, hidden=16, size=5)
+    g, tables = gradient.exact_gradient(policy, instances, MAX_STEPS, task.environment)
+    turns = gradient.turn_gradient(policy, instances, tables, MAX_STEPS, task.environment)
+    for table in tables:
+        # E[L] twice: V^L_0 of the start, and the mass still in play summed over the moves
+        assert table.turns_value[0, 0] == pytest.approx(table.visits.sum(), rel=1e-12)
+        assert 1.0 <= table.turns_value[0, 0] <= MAX_STEPS
+        # the last move counts itself only
+        assert np.all(table.turns_q[-1] == 1.0)
+
+    def expected_turns():
+        return np.mean([gradient.instance_tables(i, policy, MAX_STEPS, task.environment)
+                        .turns_value[0, 0] for i in instances])
+
+    direction = np.random.default_rng(2).standard_normal(turns.size)
+    direction /= np.linalg.norm(direction)
+    eps, moved = 1e-3, []
+    for sign in (1, -1):
+        _shift(policy, direction * eps * sign)
+        moved.append(expected_turns())
+        _shift(policy, -direction * eps * sign)
+    slope = (moved[0] - moved[1]) / (2 * eps)
+    assert abs(slope - turns @ direction) < 2e-3 * np.linalg.norm(turns) + 1e-6
+    # the turn count's gradient is not the return's (else the measure is undefined)
+    assert gradient.turn_direction(g, turns) is not None
+
+
+def _shift(policy, step):
+    offset = 0
+    with torch.no_grad():
+        for p in gradient.parameters(policy):
+            p += torch.as_tensor(step[offset:offset + p.numel()], dtype=p.dtype).view_as(p)
+            offset += p.numel()
+
+
+def test_the_turn_count_bias_follows_its_formula():
+    # truth g = (2, 0, 0), turn-count gradient ∇T = (1, 1, 0): u = ∇T - (2 / 4) g = (0, 1, 0)
+    truth, turns = np.array([2.0, 0.0, 0.0]), np.array([1.0, 1.0, 0.0])
+    assert gradient.turn_direction(truth, turns) == pytest.approx([0.0, 1.0, 0.0])
+    # a uniformly scaled truth (Dr. GRPO's (G - 1) / G) has no turn-count bias
+    scaled = np.array([[3.0, 0.0, 0.0], [5.0, 0.0, 0.0]])
+    found = gradient.statistics(scaled, np.ones((1, 2)), truth, turns)
+    assert found["grad_turn_bias"][0] == pytest.approx(0.0)
+    assert found["grad_scale"][0] == pytest.approx(2.0)
+    # E[ĝ] = g + 0.25 ∇T = (2.25, 0.25, 0): <(2.25, 0.25, 0), (0, 1, 0)> / 1 = 0.25
+    paid = np.array([[2.5, 0.5, 1.0], [2.0, 0.0, -1.0]])
+    found = gradient.statistics(paid, np.ones((1, 2)), truth, turns)
+    assert found["grad_turn_bias"][0] == pytest.approx(0.25)
+    # the bootstrap weighting: batch 0 twice -> mean (2.5, 0.5, 1): 0.5
+    found = gradient.statistics(paid, np.array([[2.0, 0.0]]), truth, turns)
+    assert found["grad_turn_bias"][0] == pytest.approx(0.5)
+    # without ∇T, or with ∇T along g, it is not defined
+    assert np.isnan(gradient.statistics(paid, np.ones((1, 2)), truth)["grad_turn_bias"][0])
+    assert gradient.turn_direction(truth, 3 * truth) is None
+    measured = gradient.measure(paid, truth, 0.9, 100, np.random.default_rng(0), turns)
+    assert measured["grad_turn_bias"][1] <= 0.25 <= measured["grad_turn_bias"][2]
+
+
+def test_a_per_turn_reward_is_a_turn_count_bias_and_the_exact_advantage_is_not():
+    # 40 moves: at 20 the initial policy rarely reaches the goal, and the turn count's gradient
+    # is then almost the return's (negated): its orthogonal part u is short and the measure
+    # noisy
+    task, horizon = KeyDoorTask(), 40
+    instances, policy = _setup(task, hidden=16, size=5)
+    g, tables = gradient.exact_gradient(policy, instances, horizon, task.environment)
+    turns = gradient.turn_gradient(policy, instances, tables, horizon, task.environment)
+    rate, group = 0.25, 8
+    found = {"exact": [], "per_turn": [], "constant": []}
+    rows = [i for i in range(len(instances)) for _ in range(group)]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        env = task.environment([instances[i] for i in rows], horizon, instance_ids=rows)
+        ep = play(env, policy, generator)
+
+        def exact(turns, ep=ep):
+            return gradient.exact_step_advantages(ep.states, ep.actions, ep.mask, rows, tables,
+                                                  task.environment, instances, horizon,
+                                                  turns=turns)
+        a = exact(False)
+        # a reward of `rate` per move, credited by its exact advantage (Q^L - V^L, the
+        # reward-to-go rate (L - t) less a state baseline): E[ĝ] = ∇J + rate ∇E[L], so the
+        # turn-count bias is `rate`. (The raw reward-to-go has the same expectation but, at
+        # up to 40 moves, too much variance for 60 batches.)
+        per_turn = a + rate * exact(True)
+        constant = a + rate * ep.mask.double()  # the same rate at every move: no bias
+        for name, advantages in (("exact", a), ("per_turn", per_turn),
+                                 ("constant", constant)):
+            found[name].append(gradient.batch_gradient(policy, ep.obs, ep.actions, ep.mask,
+                                                       advantages))
+    measured = {name: gradient.measure(np.stack(batches), g, 0.95, 1000,
+                                       np.random.default_rng(0), turns)["grad_turn_bias"]
+                for name, batches in found.items()}
+    for name in ("exact", "constant"):
+        _, low, high = measured[name]
+        assert low <= 0.0 <= high, (name, measured[name])
+    _, low, high = measured["per_turn"]
+    assert low <= rate <= high and low > 0.0, measured["per_turn"]
+    # the exact advantage's turn-count bias is tight around 0; the measure tells them apart
+    assert measured["exact"][2] - measured["exact"][1] < 0.2

@@ -65,6 +65,9 @@ def cmd_run(args) -> int:
     if not chosen:  # every slot takes the task's default: name them, a spec must name one
         chosen = {slot: task.default_methods[slot] for slot in task.slots
                   if slot in task.default_methods}
+    for slot in method_values:  # SLOT.PARAM=VALUE with SLOT unnamed: the default method's
+        if slot not in chosen and slot in task.default_methods:
+            chosen[slot] = task.default_methods[slot]
     missing = [s for s in task.slots if s not in chosen and s not in task.default_methods]
     if missing:
         raise SpecError(source, missing[0], f"name a method: {missing[0]}=NAME; allowed: "

@@ -12,5 +12,5 @@ the training loop gives them (``episodes.mc_values_of``). Modules: ``plan`` (the
 check, each estimator's sampler), ``checkpoint`` (the trained policy), ``sampling`` (one G,
 one sampler), ``measures`` (the statistics), ``outputs`` (figure, table, provenance),
 ``entry`` (``run``); ``gradient`` (with ``gradient_batches``: the bias of each estimator's
-policy gradient against the exact one, by dynamic programming).
+policy gradient against the exact one, by dynamic programming, and its turn-count bias).
 """

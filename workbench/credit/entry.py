@@ -106,8 +106,8 @@ def run(plan: CreditPlan, out: Path, device: torch.device,
                 plan, gradient_rows, shown))
             artifacts[outputs.GRADIENT] = (
                 "every (estimator, G): the bias of its policy gradient against the exact one "
-                "(cosine, relative bias norm, scale along it) with bootstrap intervals over "
-                "batches")
+                "(cosine, relative bias norm, scale along it, turn-count bias) with bootstrap "
+                "intervals over batches")
         files += outputs.write_provenance(building, record, artifacts)
         report_folder.move_into_place(building, target)
     finally:

@@ -31,6 +31,24 @@ the undiscounted return J_i = E[sum_t r_t] of instance i within ``max_steps`` mo
   * ``grad_scale`` = ⟨ḡ, g⟩ / ‖g‖²: the length of E[ĝ] along g (1 without bias; a method
     that divides by a group's standard deviation or shrinks its baseline is off 1 by that).
 
+  * ``grad_turn_bias`` = ⟨ḡ, u⟩ / ‖u‖², u = ∇T − (⟨∇T, g⟩ / ‖g‖²) g, where ∇T is the exact
+    gradient of the expected turn count T = E[L] (L: the moves an episode plays, at most
+    ``max_steps``; ``turn_gradient``: the same dynamic programming with a reward of 1 per
+    move, Q^L_t(s, a) = 1 + V^L_{t+1}(s') unless the move reaches the goal) and u is its part
+    orthogonal to the true gradient: the turn-count bias, the coefficient of the expected
+    update along the turn-count direction the true gradient does not have. Its unit is reward
+    per turn: an estimator that adds to the exact advantage the reward-to-go of a constant
+    reward c per turn, Â_t = A_t + c (L − t) (t counted from 0), has E[ĝ] = g + c ∇T (the
+    policy gradient theorem for the return sum_t c), hence grad_turn_bias = c exactly; a
+    constant added to every step (Â_t = A_t + c) or any baseline b(s_t) adds nothing
+    (E[grad log pi(a_t | s_t) | s_t] = 0), and a uniform scale (E[ĝ] = k g) has no part along
+    u, so an unbiased estimator and Dr. GRPO's (G − 1) / G give about 0, and a per-turn
+    construction that pays (or charges) turns gives its rate. GRPO's division by each group's
+    std is not a uniform scale (each instance's term weighed by its own 1 / std, which depends
+    on how often, so how soon, its rollouts succeed) and can have a turn-count bias. Not
+    defined (nan) when ∇T is parallel to g (u = 0). It is linear in ḡ, so without bias in the
+    estimate; one direction of the bias, not all of it (grad_rel_bias is all of it).
+
   Intervals: the B batches resampled with replacement (``stats.resample_indices``) and each
   statistic recomputed, the (1 − c)/2 and (1 + c)/2 quantiles (percentile bootstrap). A
   resample's mean is noisier than ḡ, so the resampled cosines run lower than the point, whose
@@ -65,6 +83,7 @@ METRICS = {
     "grad_cosine": "cosine(E[ĝ], ∇J)",
     "grad_rel_bias": "‖E[ĝ] − ∇J‖ / ‖∇J‖",
     "grad_scale": "⟨E[ĝ], ∇J⟩ / ‖∇J‖²",
+    "grad_turn_bias": "turn-count bias ⟨E[ĝ], u⟩ / ‖u‖²",
 }
 MAX_STATES = 100_000  # reachable states of one instance the exact gradient enumerates
 _UNLIMITED = 10**9  # the horizon the enumeration steps under (no move is cut short there)
@@ -82,6 +101,8 @@ class InstanceTables:
     value: np.ndarray  # (T + 1, S) V_t(s)
     q: np.ndarray  # (T, S, A) Q_t(s, a)
     visits: np.ndarray  # (T, S) d_t(s)
+    turns_value: np.ndarray  # (T + 1, S) V^L_t(s): the expected moves still to play from s
+    turns_q: np.ndarray  # (T, S, A) Q^L_t(s, a) = 1 + V^L_{t+1}(s') (the move itself counts)
 
 
 def reachable_states(instance: Instance, make_env: EnvFactory) -> torch.Tensor:
@@ -139,12 +160,18 @@ def instance_tables(instance: Instance, policy: Policy, max_steps: int, make_env
     for t in range(max_steps - 1, -1, -1):
         q[t] = reward + np.where(ends, 0.0, value[t + 1][following])
         value[t] = (probs * q[t]).sum(axis=1)
+    turns_value = np.zeros((max_steps + 1, count))
+    turns_q = np.zeros((max_steps, count, actions))
+    for t in range(max_steps - 1, -1, -1):  # a reward of 1 per move: the turn count
+        turns_q[t] = 1.0 + np.where(ends, 0.0, turns_value[t + 1][following])
+        turns_value[t] = (probs * turns_q[t]).sum(axis=1)
     visits = np.zeros((max_steps, count))
     visits[0, 0] = 1.0
     for t in range(max_steps - 1):
         flow = visits[t][:, None] * probs * ~ends
         visits[t + 1] = np.bincount(following.ravel(), weights=flow.ravel(), minlength=count)
-    return InstanceTables(states, keys, probs, following, ends, value, q, visits)
+    return InstanceTables(states, keys, probs, following, ends, value, q, visits, turns_value,
+                          turns_q)
 
 
 def parameters(policy: Policy) -> list[torch.nn.Parameter]:
@@ -157,6 +184,21 @@ def _flat_grad(objective: torch.Tensor, policy: Policy) -> np.ndarray:
     return torch.cat([g.reshape(-1) for g in grads]).double().cpu().numpy()
 
 
+def _theorem(policy: Policy, instance: Instance, table: InstanceTables, q: np.ndarray,
+             value: np.ndarray, max_steps: int, make_env: EnvFactory,
+             device: torch.device | str) -> np.ndarray:
+    """sum_t sum_s d_t(s) sum_a pi(a | s) (q_t(s, a) − value_t(s)) grad log pi(a | s)."""
+    advantage = q - value[:-1, :, None]
+    weight = (table.visits[:, :, None] * table.probs[None] * advantage).sum(axis=0)
+    probe = make_env([instance] * len(table.states), max_steps, device,
+                     instance_ids=[0] * len(table.states))
+    probe.set_state(table.states)
+    log_probs = torch.log_softmax(policy.net(probe.observe()), dim=1)
+    objective = (torch.as_tensor(weight, dtype=log_probs.dtype, device=log_probs.device)
+                 * log_probs).sum()
+    return _flat_grad(objective, policy)
+
+
 def exact_gradient(policy: Policy, instances: Sequence[Instance], max_steps: int,
                    make_env: EnvFactory, device: torch.device | str = "cpu"
                    ) -> tuple[np.ndarray, list[InstanceTables]]:
@@ -164,26 +206,31 @@ def exact_gradient(policy: Policy, instances: Sequence[Instance], max_steps: int
     total, tables = None, []
     for instance in instances:
         table = instance_tables(instance, policy, max_steps, make_env, device)
-        advantage = table.q - table.value[:-1, :, None]
-        weight = (table.visits[:, :, None] * table.probs[None] * advantage).sum(axis=0)
-        probe = make_env([instance] * len(table.states), max_steps, device,
-                         instance_ids=[0] * len(table.states))
-        probe.set_state(table.states)
-        log_probs = torch.log_softmax(policy.net(probe.observe()), dim=1)
-        objective = (torch.as_tensor(weight, dtype=log_probs.dtype, device=log_probs.device)
-                     * log_probs).sum()
-        grad = _flat_grad(objective, policy)
+        grad = _theorem(policy, instance, table, table.q, table.value, max_steps, make_env,
+                        device)
         total = grad if total is None else total + grad
         tables.append(table)
     return total / len(instances), tables
 
 
+def turn_gradient(policy: Policy, instances: Sequence[Instance],
+                  tables: Sequence[InstanceTables], max_steps: int, make_env: EnvFactory,
+                  device: torch.device | str = "cpu") -> np.ndarray:
+    """∇T = (1 / I) sum_i grad E[L_i]: the exact gradient of the expected turn count (moves
+    played, at most ``max_steps``) by the policy gradient theorem on the tables' Q^L, V^L."""
+    total = sum(_theorem(policy, instance, table, table.turns_q, table.turns_value, max_steps,
+                         make_env, device) for instance, table in zip(instances, tables,
+                                                                     strict=True))
+    return total / len(instances)
+
+
 def exact_step_advantages(states: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
                           row_instance: Sequence[int], tables: Sequence[InstanceTables],
                           make_env: EnvFactory, instances: Sequence[Instance],
-                          max_steps: int) -> torch.Tensor:
+                          max_steps: int, turns: bool = False) -> torch.Tensor:
     """(B, T) the exact A_t(s_t, a_t) of every played step of a batch (``Episodes.states``,
-    ``actions``, ``mask``; row b plays ``instances[row_instance[b]]``), 0 elsewhere."""
+    ``actions``, ``mask``; row b plays ``instances[row_instance[b]]``), 0 elsewhere; with
+    ``turns``, the turn count's Q^L_t − V^L_t instead (the advantage of 1 per move)."""
     rows, steps = actions.shape
     out = np.zeros((rows, steps))
     played = mask.cpu().numpy() != 0
@@ -196,7 +243,9 @@ def exact_step_advantages(states: torch.Tensor, actions: torch.Tensor, mask: tor
         probe.set_state(states.cpu()[torch.as_tensor(r), torch.as_tensor(t)])
         index = np.array([tables[i].keys[key] for key in probe.anchor_keys().tolist()])
         a = actions.cpu().numpy()[r, t]
-        out[r, t] = tables[i].q[t, index, a] - tables[i].value[t, index]
+        q, value = ((tables[i].turns_q, tables[i].turns_value) if turns
+                    else (tables[i].q, tables[i].value))
+        out[r, t] = q[t, index, a] - value[t, index]
     return torch.as_tensor(out)
 
 
@@ -209,10 +258,21 @@ def batch_gradient(policy: Policy, obs: torch.Tensor, actions: torch.Tensor,
     return _flat_grad((weight * log_probs).sum() / len(actions), policy)
 
 
-def statistics(estimates: np.ndarray, counts: np.ndarray, truth: np.ndarray
-               ) -> dict[str, np.ndarray]:
+def turn_direction(truth: np.ndarray, turns: np.ndarray | None) -> np.ndarray | None:
+    """u = ∇T − (⟨∇T, g⟩ / ‖g‖²) g: the turn-count gradient's part orthogonal to the truth
+    (None without ∇T or when that part vanishes)."""
+    if turns is None:
+        return None
+    norm2 = float(truth @ truth)
+    u = turns - (float(turns @ truth) / norm2) * truth if norm2 > 0 else turns
+    return u if float(u @ u) > 1e-12 * max(float(turns @ turns), 1e-300) else None
+
+
+def statistics(estimates: np.ndarray, counts: np.ndarray, truth: np.ndarray,
+               turns: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """metric -> (R,) for R weightings ``counts`` (R, B) of the B batch estimates (B, P):
-    each a multiset of the batches (every row sums to B)."""
+    each a multiset of the batches (every row sums to B); ``turns`` the turn-count gradient
+    ∇T (P,) (without it grad_turn_bias is nan)."""
     size = estimates.shape[0]
     mean = counts @ estimates / size  # (R, P)
     squares = counts @ np.einsum("bp,bp->b", estimates, estimates)  # sum_b c_b ‖ĝ_b‖²
@@ -223,21 +283,26 @@ def statistics(estimates: np.ndarray, counts: np.ndarray, truth: np.ndarray
     bias2 = (error2 - spread / size) / norm2
     with np.errstate(invalid="ignore", divide="ignore"):
         cosine = along / (np.sqrt(np.einsum("rp,rp->r", mean, mean)) * np.sqrt(norm2))
+    u = turn_direction(truth, turns)
+    turn_bias = (mean @ u / float(u @ u) if u is not None
+                 else np.full(len(mean), np.nan))
     return {"grad_cosine": cosine, "grad_rel_bias": np.sign(bias2) * np.sqrt(np.abs(bias2)),
-            "grad_scale": along / norm2}
+            "grad_scale": along / norm2, "grad_turn_bias": turn_bias}
 
 
 def measure(estimates: np.ndarray, truth: np.ndarray, confidence: float, resamples: int,
-            rng: np.random.Generator) -> dict[str, tuple[float, float, float]]:
+            rng: np.random.Generator, turns: np.ndarray | None = None
+            ) -> dict[str, tuple[float, float, float]]:
     """metric -> (point estimate, low, high) for B >= 2 batch estimates (B, P) against the
-    true gradient (P,) (the module docstring)."""
+    true gradient (P,) and, for grad_turn_bias, the turn-count gradient ``turns`` (P,) (the
+    module docstring)."""
     size = estimates.shape[0]
     if size < 2:
         raise ValueError("the bias needs two batches or more")
     picks = stats.resample_indices(size, resamples, rng)
     counts = np.stack([np.bincount(row, minlength=size) for row in picks]).astype(float)
-    point = statistics(estimates, np.ones((1, size)), truth)
-    boot = statistics(estimates, counts, truth)
+    point = statistics(estimates, np.ones((1, size)), truth, turns)
+    boot = statistics(estimates, counts, truth, turns)
     alpha = (1.0 - confidence) / 2.0
     out = {}
     for name in METRICS:
@@ -254,7 +319,7 @@ EXACT = "(exact A_t)"  # the control row: the exact advantage (no estimator's la
 BATCHES, BOOTSTRAP = 12, 13  # stream(seed, "rollouts", G, 12, b): batch b; 13: the bootstrap
 COLUMNS = ["estimator", "G", "sampler", "instances", "batches",
            *(f"{m}{end}" for m in METRICS for end in ("", "_low", "_high")),
-           "true_grad_norm", "rollout_success"]
+           "true_grad_norm", "rollout_success", "mean_turns"]
 
 
 def study_rows(plan: CreditPlan, policy: Policy, instances: list[Instance], group_size: int,
@@ -270,11 +335,12 @@ def study_rows(plan: CreditPlan, policy: Policy, instances: list[Instance], grou
     if truth is None:
         truth = exact_gradient(policy, instances, max_steps, task.environment, device)
     exact, tables = truth
+    turns = turn_gradient(policy, instances, tables, max_steps, task.environment, device)
     mine = [(e, i) for i, e in enumerate(plan.estimators) if e.sampler == INDEPENDENT]
     judged = any(RUBRIC_INPUTS & e.method.requirements(e.method.params) for e, _ in mine)
     row_instance = [i for i in range(count) for _ in range(g)]
     estimates: dict[str, list[np.ndarray]] = {EXACT: [], **{e.label: [] for e, _ in mine}}
-    success = []
+    success, lengths = [], []
     for b in range(s.gradient_batches):
         env = task.environment([instances[i] for i in row_instance], max_steps, device,
                                instance_ids=row_instance)
@@ -282,6 +348,7 @@ def study_rows(plan: CreditPlan, policy: Policy, instances: list[Instance], grou
         episodes = play(env, policy, generator, values=plan.critic,
                         judge=task.judge if judged else None)
         success.append(float(episodes.success.float().mean()))
+        lengths.append(float(episodes.mask.sum(dim=1).float().mean()))
         groups = torch.as_tensor(row_instance, device=device)
         batch = episode_batch(episodes, groups)
 
@@ -299,10 +366,11 @@ def study_rows(plan: CreditPlan, policy: Policy, instances: list[Instance], grou
     rows = []
     for label, batches in estimates.items():
         rng = seeds.numpy_generator(s.seed, "rollouts", g, BOOTSTRAP)  # same per estimator
-        measured = measure(np.stack(batches), exact, s.confidence, s.resamples, rng)
+        measured = measure(np.stack(batches), exact, s.confidence, s.resamples, rng, turns)
         row = {"estimator": label, "G": g, "sampler": INDEPENDENT, "instances": count,
                "batches": s.gradient_batches, "true_grad_norm": float(np.linalg.norm(exact)),
-               "rollout_success": float(np.mean(success))}
+               "rollout_success": float(np.mean(success)),
+               "mean_turns": float(np.mean(lengths))}
         for metric, (point, low, high) in measured.items():
             row |= {metric: point, f"{metric}_low": low, f"{metric}_high": high}
         rows.append(row)

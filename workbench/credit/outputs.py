@@ -6,7 +6,8 @@ each naming what it shows, and
 ``provenance.json`` (the spec and its hash, the code's commit and content hash, library
 versions, the streams, the checkpoint, the statistics settings, the time); with
 ``gradient_batches``, the policy-gradient bias too (``gradient.png``, ``.pdf``,
-``gradient.csv``, ``.md``: a row per (estimator, G); ``credit.gradient``)."""
+``gradient.csv``, ``.md``: a row per (estimator, G), the turn-count bias among its measures;
+``credit.gradient``)."""
 
 from __future__ import annotations
 
@@ -207,8 +208,8 @@ def gradient_figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figu
             ax.fill_between(g, [row[f"{metric}_low"] for row in mine],
                             [row[f"{metric}_high"] for row in mine],
                             color=style.colour(label), alpha=0.12, linewidth=0)
-        ax.axhline({"grad_rel_bias": 0.0}.get(metric, 1.0), color="0.5", linewidth=0.8,
-                   linestyle="--")
+        ax.axhline({"grad_rel_bias": 0.0, "grad_turn_bias": 0.0}.get(metric, 1.0), color="0.5",
+                   linewidth=0.8, linestyle="--")
         if log:
             ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(s.group_sizes))
@@ -226,7 +227,10 @@ def gradient_figure(plan: CreditPlan, rows: list[dict], checkpoint: str) -> Figu
                f"the exact ∇J (dynamic programming over the enumerated states) for the "
                f"checkpoint {checkpoint}; {EXACT_LABEL} is the exact advantage on the same "
                f"batches (unbiased). Relative bias: the debiased ‖E[ĝ] − ∇J‖ / ‖∇J‖ (signed "
-               f"root of a squared-norm estimate, about 0 either side without bias). Bands: "
+               f"root of a squared-norm estimate, about 0 either side without bias). Turn-count "
+               f"bias: E[ĝ]'s coefficient along the exact gradient of the expected turn count "
+               f"made orthogonal to ∇J (reward per turn: c for Â_t = A_t + c (L − t); 0 "
+               f"without bias). Bands: "
                f"{s.confidence:.0%} percentile bootstrap over batches ({s.resamples} "
                f"resamples). Estimators measured on trees are left out.")
     fig.suptitle(textwrap.fill(caption, max(60, int(fig.get_figwidth() * 15))), fontsize=8,
@@ -244,13 +248,13 @@ def write_gradient(folder: Path, rows: list[dict], fig: Figure) -> list[Path]:
         for row in rows:
             writer.writerow({k: _plain(row[k]) for k in GRADIENT_COLUMNS})
     head = ["estimator", "G", *(GRADIENT_METRICS[m] for m in GRADIENT_METRICS), "‖∇J‖",
-            "batches", "rollout success"]
+            "batches", "rollout success", "mean turns"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         lines.append("| " + " | ".join([
             row["estimator"], str(row["G"]), *(_with_interval(row, m) for m in GRADIENT_METRICS),
             _number(row["true_grad_norm"]), str(row["batches"]),
-            _number(row["rollout_success"])]) + " |")
+            _number(row["rollout_success"]), _number(row["mean_turns"])]) + " |")
     md_path.write_text("\n".join(lines) + "\n")
     paths = [folder / f"{GRADIENT}.png", folder / f"{GRADIENT}.pdf"]
     for path in paths:

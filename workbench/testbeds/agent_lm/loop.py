@@ -1,13 +1,21 @@
 """The language-model turn loop's training: M instances played G times per update
 (``turns.play_turns``, or as trees: ``trees.play_turn_trees``), the advantage slot at the turn
 level, each turn's advantage given to its action tokens, and clipped policy-gradient steps; the
-whole of it is described in ``agent_lm.turns``."""
+whole of it is described in ``agent_lm.turns``.
+
+For an advantage method that reads ``ref_log_probs`` (``implicit_prm``) the loop keeps a frozen
+copy of the model as training began (``reference_model``: no gradients, evaluation mode; made
+only for such a method) and gives each played turn the sum of its action tokens'
+log-probabilities under it, at the sampling temperature (``ref_log_probs_of``): the turn is the
+loop's step, as for ``old_log_probs``, so at the first update the two are equal."""
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,6 +63,10 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         raise ValueError("tree sampling gives the turn loop no value of a shared turn's state "
                          "for each row; use sampling: independent (or auto) with a method that "
                          "reads values")
+    # the reference: a frozen copy of the model as training begins, only for a method that
+    # reads ref_log_probs (the others cost nothing)
+    reference = (reference_model(model) if "ref_log_probs" in slots.advantage_inputs
+                 else None)
     metrics = evaluate(evaluation, model, tokenizer, backend, settings, seed)
     log(0, {**metrics, "cost/env_steps": 0.0, "cost/samples": 0.0, "time/wall_seconds": 0.0})
     env_steps, tokens, seconds, update, diverged = 0, 0, 0.0, 0, False
@@ -83,7 +95,11 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
                 branches=seeds.numpy_generator(seed, "branches", update),
                 max_steps=max_steps, device=device, make_env=make_env)
         env_steps += played
-        advantages, returns = compute_advantages(slots.advantage, episode_batch(turns, group_ids),
+        batch = episode_batch(turns, group_ids)
+        if reference is not None:
+            batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, turns,
+                                                                  settings.temperature))
+        advantages, returns = compute_advantages(slots.advantage, batch,
                                                  slots.advantage_inputs)
         action_mask = turns.tokens.response_mask
         entropy = float(aggregate(turns.token_entropy, action_mask, "token-mean"))
@@ -139,6 +155,34 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         log(update, final)
     return {**metrics, "steps": update, "diverged": diverged, "env_steps": env_steps,
             "device": str(device)}
+
+
+def reference_model(model):
+    """A frozen copy of ``model`` (no gradients, evaluation mode): the reference policy."""
+    reference = copy.deepcopy(model).eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
+
+
+def ref_log_probs_of(reference, turns: Turns, temperature: float,
+                     chunk: int = 256) -> torch.Tensor:
+    """(B, T) ``ref_log_probs``: each played turn's action tokens' log-probabilities under
+    ``reference`` at ``temperature``, summed over the turn's tokens (as ``turns.log_probs``
+    are), 0 where the row had ended; the turns scored ``chunk`` at a time."""
+    tokens = turns.tokens
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(tokens.response_mask), chunk):
+            rows = torch.arange(start, min(start + chunk, len(tokens.response_mask)),
+                                device=tokens.input_ids.device)
+            log_probs, _, _ = response_log_probs(reference, tokens, temperature, rows=rows)
+            parts.append(log_probs.sum(dim=1))
+    summed = torch.cat(parts).to(turns.mask.dtype)
+    played = turns.index >= 0
+    out = torch.zeros_like(turns.mask)
+    out[played] = summed[turns.index[played]]
+    return out * turns.mask
 
 
 def token_advantages(turns: Turns, advantages: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 from pydantic import Field, ValidationError, model_validator
 
 from workbench.common import seeds
+from workbench.families import AdvantageBatch
 from workbench.testbeds.agent.task import (
     CRITIC_INPUTS,
     AgentTask,
@@ -36,9 +37,10 @@ from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
 # the advantage slot's inputs the turn loop gives: what ``shared.advantage_batch.episode_batch``
 # fills, at the turn level (values and next_values from a turn-level value head the model gets
-# when the advantage method reads them). Not given (methods needing them are refused):
-# mc_values (Monte Carlo continuations) and the rubric.
-ADVANTAGE_INPUTS = EPISODE_INPUTS
+# when the advantage method reads them) and ref_log_probs (each turn's summed action-token
+# log-probability under a frozen copy of the model as training began, ``loop.train``). Not
+# given (methods needing them are refused): mc_values (Monte Carlo continuations) and the rubric.
+ADVANTAGE_INPUTS = EPISODE_INPUTS | AdvantageBatch.names("ref_log_probs")
 
 
 class AgentLMParams(TaskParams, TurnSettings):
