@@ -1,0 +1,116 @@
+"""Step-potential and peer-baseline step advantages on hand-worked episodes: SPAE (the change in
+a step potential from Monte Carlo correctness and action confidence, outcome credit down-weighted
+after the potential saturates)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from workbench import registry
+
+# one group of two episodes: row 0 reaches the goal at its third step (a fourth column of
+# padding holding junk), row 1 plays four steps without reaching it
+REWARDS = torch.tensor([[0, 0, 1, 7.0], [0, 0, 0, 0]], dtype=torch.float64)
+MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float64)
+GROUPS = torch.tensor([0, 0])
+# column t: the state step t starts from; only columns 1 .. L - 1 are read (0 with start)
+MC = torch.tensor([[0.2, 0.5, 0.95, 0.3, 0.3], [0.2, 0.4, 0.1, 0.3, 0.8]], dtype=torch.float64)
+# confidences exp(log p): row 0 0.5, 0.8, 0.5; row 1 all 1 (log p = 0); padding junk
+LOGP = torch.log(torch.tensor([[0.5, 0.8, 0.5, 0.01], [1, 1, 1, 1]], dtype=torch.float64))
+
+
+def _spae(**params):
+    return registry.get("advantage", "spae")(**params)
+
+
+def _compute(method, **inputs):
+    base = {"rewards": REWARDS, "mask": MASK, "group_ids": GROUPS, "mc_values": MC,
+            "old_log_probs": LOGP}
+    return method.compute(**(base | inputs))[0]
+
+
+def test_spae_on_accuracy_alone_shapes_gains_and_drops_and_penalises_after_saturation():
+    # outcome (no std): scores 1, 0 -> A = +0.5, -0.5
+    # Phi after each step (Acc: the next state's value, after the last step the outcome):
+    #   row 0: 0.5, 0.95, 1        row 1: 0.4, 0.1, 0.3, 0
+    # Delta (first 0): row 0: 0, 0.45, 0.05       row 1: 0, -0.3, 0.2, -0.3
+    # saturation (kappa 0.9): row 0's Phi reaches 0.95 after step 1, so step 2 is after it
+    # gain 2, drop 1, rho 0.5, lambda 0.1:
+    #   row 0: 0.5, 0.5 + 2 * 0.45 = 1.4, 0.5 * 0.5 - 0.1 + 2 * 0.05 = 0.25, padding 0
+    #   row 1: -0.5, -0.5 - 0.3 = -0.8, -0.5 + 2 * 0.2 = -0.1, -0.5 - 0.3 = -0.8
+    method = _spae(potential="accuracy", norm_by_std=False, gain_weight=2.0, drop_weight=1.0,
+                   rho=0.5, penalty=0.1)
+    got = _compute(method, old_log_probs=None)
+    expected = torch.tensor([[0.5, 1.4, 0.25, 0.0], [-0.5, -0.8, -0.1, -0.8]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(got, expected)
+    assert method.requirements(method.params) == {"rewards", "mask", "group_ids", "mc_values"}
+
+
+def test_spae_probe_potential_combines_correctness_and_the_next_action_s_confidence():
+    # Phi = 1.5 Acc Conf + 0.5 Acc - Conf, Conf the probability of the next action taken:
+    #   row 0: after step 0: Acc 0.5, Conf 0.8: 0.6 + 0.25 - 0.8 = 0.05
+    #          after step 1: Acc 0.95, Conf 0.5: 0.7125 + 0.475 - 0.5 = 0.6875
+    #          after step 2 (the goal): Acc 1, Conf 1: 1
+    #   row 1 (Conf 1): Phi = 2 Acc - 1: -0.2, -0.8, -0.4, and after the last step -1
+    # Delta: row 0: 0, 0.6375, 0.3125   row 1: 0, -0.6, 0.4, -0.6
+    # no saturation before the last step (0.05 and 0.6875 < 0.9; row 1 never)
+    method = _spae(norm_by_std=False)
+    expected = torch.tensor([[0.5, 1.1375, 0.8125, 0.0], [-0.5, -1.1, -0.1, -1.1]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(_compute(method), expected)
+    # with the std (scores 1, 0: std sqrt(0.5)) the outcome term is +-0.5 / (sqrt(0.5) + 1e-6)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    scaled = _compute(_spae())
+    torch.testing.assert_close(scaled - expected, torch.tensor(
+        [[a - 0.5] * 3 + [0.0], [0.5 - a] * 4], dtype=torch.float64))
+
+
+def test_spae_start_delta_uses_the_start_state_s_potential():
+    # row 0: Phi(s_0) = 1.5 * 0.2 * 0.5 + 0.1 - 0.5 = -0.25, so Delta_0 = 0.05 + 0.25 = 0.3
+    # row 1: Phi(s_0) = 2 * 0.2 - 1 = -0.6, so Delta_0 = -0.2 + 0.6 = 0.4
+    zero = _compute(_spae(norm_by_std=False))
+    start = _compute(_spae(norm_by_std=False, first_delta="start"))
+    torch.testing.assert_close(start[:, 0] - zero[:, 0],
+                               torch.tensor([0.3, 0.4], dtype=torch.float64))
+    torch.testing.assert_close(start[:, 1:], zero[:, 1:])
+
+
+def test_spae_requests_the_state_after_each_step_but_the_last():
+    request = _spae(continuations=3).value_request(mask=MASK, old_log_probs=LOGP)
+    assert request.continuations == 3
+    assert request.points.tolist() == [[False, True, True, False, False],
+                                       [False, True, True, True, False]]
+    start = _spae(first_delta="start").value_request(mask=MASK, old_log_probs=LOGP)
+    assert start.points[:, 0].tolist() == [True, True]
+
+
+@pytest.mark.parametrize("kappa", [0.5, 0.9])
+def test_spae_saturation_starts_after_the_first_boundary_at_kappa(kappa):
+    # accuracy potential, row 0: Phi 0.5, 0.95, 1. kappa 0.5: steps 1 and 2 follow a
+    # saturated boundary; kappa 0.9: step 2 only. rho 0 removes their outcome term.
+    method = _spae(potential="accuracy", norm_by_std=False, rho=0.0, xi=0.0, kappa=kappa)
+    got = _compute(method, old_log_probs=None)
+    row0 = [0.5, 0.0, 0.0, 0.0] if kappa == 0.5 else [0.5, 0.5, 0.0, 0.0]
+    assert got[0].tolist() == row0
+    assert got[1].tolist() == [-0.5] * 4  # never saturated
+
+
+def test_spae_runs_in_the_agent_loop_with_its_continuations_counted():
+    from workbench.testbeds import TASKS, Budget
+
+    task = TASKS["keydoor"]
+    methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    methods["advantage"] = _spae()
+    logged: list[dict] = []
+    params = task.Params(train_instances=8, eval_instances=4, instances_per_update=4,
+                         group_size=4, max_steps=12)
+    task().run(params, methods, seed=0, device=torch.device("cpu"), budget=Budget(steps=2),
+               log=lambda step, m: logged.append(dict(m)))
+    played = logged[0]["train/episode_length"] * 4 * 4
+    assert logged[0]["cost/env_steps"] > played * 1.5  # each boundary's state continued
+    assert all(math.isfinite(m["train/policy_loss"]) for m in logged)
+    assert logged[-1]["adv/zero_fraction"] < 1.0
