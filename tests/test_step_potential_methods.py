@@ -1,6 +1,7 @@
 """Step-potential and peer-baseline step advantages on hand-worked episodes: SPAE (the change in
 a step potential from Monte Carlo correctness and action confidence, outcome credit down-weighted
-after the potential saturates)."""
+after the potential saturates) and BiPACE (steps clustered by the actor's hidden state, returns
+recentred within a cluster by action)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,101 @@ def test_spae_runs_in_the_agent_loop_with_its_continuations_counted():
     assert logged[0]["cost/env_steps"] > played * 1.5  # each boundary's state continued
     assert all(math.isfinite(m["train/policy_loss"]) for m in logged)
     assert logged[-1]["adv/zero_fraction"] < 1.0
+
+
+# BiPACE: one group of two episodes of three steps (a fourth padded column of junk); row 0
+# reaches the goal at its last step. gamma 0.5: returns row 0: 0.25, 0.5, 1; row 1: 0, 0, 0.
+# Hidden states (2-D): both first steps at [1, 0] (one cluster); the second steps at [0, 1]
+# and [0.1, 1] (cosine distance 1 - 1/sqrt(1.01) = 0.005: one cluster at tau 0.1); the third
+# steps at [1, 1] and [-1, 0.2] (far from everything: clusters of one).
+B_REWARDS = torch.tensor([[0, 0, 1, 9.0], [0, 0, 0, 9.0]], dtype=torch.float64)
+B_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.float64)
+B_HIDDEN = torch.tensor([[[1, 0], [0, 1], [1, 1], [0, 1]],
+                         [[1, 0], [0.1, 1], [-1, 0.2], [1, 0]]], dtype=torch.float64)
+B_ACTIONS = torch.tensor([[1, 0, 3, 0], [2, 0, 3, 1]])
+
+
+def _bipace(**params):
+    method = registry.get("advantage", "bipace")(**({"gamma": 0.5, "tau": 0.1} | params))
+    return method.compute(rewards=B_REWARDS, mask=B_MASK, group_ids=GROUPS,
+                          hidden_states=B_HIDDEN, action_ids=B_ACTIONS)[0]
+
+
+def test_bipace_q_recentres_each_action_s_returns_within_its_cluster():
+    # episode advantage: scores 1, 0, each counted at 3 steps: mean 0.5 -> +-0.5
+    # first steps' cluster (mean return 0.125): row 0's action 1 alone: 0.25 - 0.125 = 0.125,
+    #   row 1's action 2 alone: 0 - 0.125 = -0.125
+    # second steps' cluster: one action for both: 0; third steps alone: 0
+    expected = torch.tensor([[0.625, 0.5, 0.5, 0], [-0.625, -0.5, -0.5, 0]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(_bipace(), expected)
+    # step_weight 2 doubles the cluster term only
+    torch.testing.assert_close(_bipace(step_weight=2.0) - expected, torch.tensor(
+        [[0.125, 0, 0, 0], [-0.125, 0, 0, 0]], dtype=torch.float64))
+
+
+def test_bipace_v_subtracts_the_other_actions_mean_or_the_cluster_s():
+    # first steps: 0.25 - 0 = 0.25 and 0 - 0.25 = -0.25 (the other action's return)
+    # second steps, one action: return minus the cluster mean 0.25: +-0.25; third: 0
+    expected = torch.tensor([[0.75, 0.75, 0.5, 0], [-0.75, -0.75, -0.5, 0]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(_bipace(estimator="v"), expected)
+
+
+def test_bipace_with_one_cluster_is_each_action_s_mean_return_minus_the_group_s():
+    # tau 2 (the largest cosine distance): one cluster of the six steps, mean return 1.75 / 6
+    # action 1: 0.25, action 2: 0, action 0: (0.5 + 0) / 2, action 3: (1 + 0) / 2
+    mean = 1.75 / 6
+    step = torch.tensor([[0.25 - mean, 0.25 - mean, 0.5 - mean],
+                         [0 - mean, 0.25 - mean, 0.5 - mean]], dtype=torch.float64)
+    got = _bipace(tau=2.0)
+    torch.testing.assert_close(got[:, :3], torch.tensor([[0.5], [-0.5]],
+                                                        dtype=torch.float64) + step)
+    # tau 0 (and exact copies only): the first steps still share [1, 0]; nothing else does
+    exact = _bipace(tau=0.0)
+    torch.testing.assert_close(exact, torch.tensor(
+        [[0.625, 0.5, 0.5, 0], [-0.625, -0.5, -0.5, 0]], dtype=torch.float64))
+
+
+def test_bipace_ignores_padded_hidden_states_and_actions():
+    hidden = B_HIDDEN.clone()
+    hidden[:, 3] = torch.tensor([0.1, 1.0], dtype=torch.float64)  # next to the second steps
+    actions = B_ACTIONS.clone()
+    actions[:, 3] = 0
+    method = registry.get("advantage", "bipace")(gamma=0.5, tau=0.1)
+    moved = method.compute(rewards=B_REWARDS, mask=B_MASK, group_ids=GROUPS,
+                           hidden_states=hidden, action_ids=actions)[0]
+    torch.testing.assert_close(moved, _bipace())
+
+
+def test_bipace_runs_in_the_agent_loop_on_the_policy_s_hidden_states():
+    from workbench.testbeds import TASKS, Budget
+
+    task = TASKS["toolcalc"]
+    methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    methods["advantage"] = registry.get("advantage", "bipace")()
+    logged: list[dict] = []
+    params = task.Params(train_instances=8, eval_instances=4, instances_per_update=4,
+                         group_size=4, max_steps=8)
+    task().run(params, methods, seed=0, device=torch.device("cpu"), budget=Budget(steps=2),
+               log=lambda step, m: logged.append(dict(m)))
+    assert all(math.isfinite(m["train/policy_loss"]) for m in logged)
+    assert logged[-1]["adv/zero_fraction"] < 1.0
+
+
+def test_the_loop_s_hidden_states_are_the_policy_s_last_hidden_layer():
+    from workbench.testbeds.agent.episodes import play
+    from workbench.testbeds.agent.keydoor import KeyDoor, generate
+    from workbench.testbeds.agent.loop import hidden_states_of
+    from workbench.testbeds.agent.policy import Policy
+
+    env = KeyDoor([generate(0, 0, i, 6, 0.0) for i in range(3)], 6)
+    policy = Policy(env.obs_dim, 4, 5, 2)
+    episodes = play(env, policy, torch.Generator().manual_seed(0))
+    found = hidden_states_of(policy, episodes)
+    assert found.shape == (*episodes.mask.shape, 5)
+    layer = policy.net[:-1](episodes.obs[0, 0])  # Linear, Tanh, Linear, Tanh
+    torch.testing.assert_close(found[0, 0], layer.detach())
+    # the logits are the last Linear of that layer
+    torch.testing.assert_close(policy.net[-1](found[0, 0]), policy.net(episodes.obs[0, 0]))
+    assert bool((found[episodes.mask == 0] == 0).all())
