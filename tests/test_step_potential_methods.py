@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -213,3 +214,115 @@ def test_the_loop_s_hidden_states_are_the_policy_s_last_hidden_layer():
     # the logits are the last Linear of that layer
     torch.testing.assert_close(policy.net[-1](found[0, 0]), policy.net(episodes.obs[0, 0]))
     assert bool((found[episodes.mask == 0] == 0).all())
+
+
+# MatchTIR: one group of two rollouts of three calls against the trace [0, 1] (-1: its end).
+# Row 0 calls 2, 0, 1 and succeeds at its last call; row 1 calls 1, 1, 3 and fails.
+M_REWARDS = torch.tensor([[0, 0, 1.0], [0, 0, 0]], dtype=torch.float64)
+M_MASK = torch.ones(2, 3, dtype=torch.float64)
+M_ACTIONS = torch.tensor([[2, 0, 1], [1, 1, 3]])
+M_TRACE = torch.tensor([[0, 1, -1], [0, 1, -1]])
+
+
+def _matchtir(**params):
+    method = registry.get("advantage", "matchtir")(**params)
+    return method.compute(rewards=M_REWARDS, mask=M_MASK, group_ids=GROUPS,
+                          action_ids=M_ACTIONS, reference_actions=M_TRACE)[0]
+
+
+def test_matchtir_rewards_matched_calls_and_adds_their_future_sum_to_the_outcome():
+    # turn rewards: row 0: call 2 matches nothing, 0 -> trace 0, 1 -> trace 1: 0, 1, 1
+    #   row 1: both 1s could take trace 1; the nearer one (position 1 = trace position 1)
+    #   does: 0, 1, 0
+    # gamma 0.5: future sums row 0: 0.75, 1.5, 1   row 1: 0.5, 1, 0
+    # group mean of the six: 4.75 / 6; trajectory advantage (no std): +-0.5
+    mean = 4.75 / 6
+    expected = torch.tensor([[0.5 + 0.75 - mean, 0.5 + 1.5 - mean, 0.5 + 1 - mean],
+                             [-0.5 + 0.5 - mean, -0.5 + 1 - mean, -0.5 - mean]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(_matchtir(gamma=0.5, turn_norm="mean", norm_by_std=False),
+                               expected)
+    # with the std: the turn term is divided by the unbiased std of the six future sums
+    future = torch.tensor([0.75, 1.5, 1, 0.5, 1, 0], dtype=torch.float64)
+    scaled = _matchtir(gamma=0.5, norm_by_std=False, epsilon=0.0)
+    torch.testing.assert_close(scaled - torch.tensor([[0.5] * 3, [-0.5] * 3],
+                                                     dtype=torch.float64),
+                               ((future - future.mean()) / future.std()).view(2, 3))
+
+
+def test_matchtir_matches_each_trace_call_once_and_ignores_padding():
+    from methods.advantage.matchtir import matched_rewards
+
+    assert matched_rewards(np.array([1, 1, 1]), np.array([1])).tolist() == [1, 0, 0]
+    assert matched_rewards(np.array([0, 1, 1]), np.array([1, 0, 1])).tolist() == [1, 1, 1]
+    assert matched_rewards(np.array([2, 2]), np.array([0, 1])).tolist() == [0, 0]
+    # a padded call equal to the trace changes nothing
+    mask = M_MASK.clone()
+    mask[1, 2] = 0
+    actions = M_ACTIONS.clone()
+    method = registry.get("advantage", "matchtir")()
+    base = method.compute(rewards=M_REWARDS, mask=mask, group_ids=GROUPS, action_ids=actions,
+                          reference_actions=M_TRACE)[0]
+    actions[1, 2] = 1
+    moved = method.compute(rewards=M_REWARDS, mask=mask, group_ids=GROUPS, action_ids=actions,
+                           reference_actions=M_TRACE)[0]
+    torch.testing.assert_close(base, moved)
+    assert base[1, 2] == 0
+
+
+def test_the_loop_s_reference_actions_solve_each_row_s_instance():
+    from workbench.testbeds.agent.loop import reference_actions_of
+    from workbench.testbeds.agent.toolcalc import ToolCalc, generate
+
+    puzzles = [generate(0, 0, i) for i in range(3)]
+    groups = torch.tensor([0, 0, 2, 1])
+    table = reference_actions_of(ToolCalc, puzzles, groups, max_steps=12,
+                                 device=torch.device("cpu"))
+    assert table.shape[0] == 4 and torch.equal(table[0], table[1])
+    for row, group in enumerate(groups.tolist()):
+        trace = [a for a in table[row].tolist() if a >= 0]
+        assert len(trace) == puzzles[group].optimal
+        env = ToolCalc([puzzles[group]], 12)
+        env.reset()
+        for action in trace:
+            moved = env.step(torch.tensor([action]))
+        assert bool(moved.terminated[0])  # the trace reaches the target
+
+
+def test_matchtir_runs_in_the_tool_use_loop():
+    from workbench.testbeds import TASKS, Budget
+
+    task = TASKS["toolcalc"]
+    methods = {slot: registry.get(slot, name)() for slot, name in task.default_methods.items()}
+    methods["advantage"] = registry.get("advantage", "matchtir")()
+    logged: list[dict] = []
+    params = task.Params(train_instances=8, eval_instances=4, instances_per_update=4,
+                         group_size=4, max_steps=8)
+    task().run(params, methods, seed=0, device=torch.device("cpu"), budget=Budget(steps=2),
+               log=lambda step, m: logged.append(dict(m)))
+    assert all(math.isfinite(m["train/policy_loss"]) for m in logged)
+    assert logged[-1]["adv/zero_fraction"] < 1.0
+
+
+def test_workbench_credit_gives_bipace_spae_and_matchtir_their_inputs(tmp_path):
+    """A credit study measures them like the training loop feeds them: hidden states, actions,
+    the planner's traces and Monte Carlo values (estimates finite for each)."""
+    import yaml
+
+    from workbench.cli import main as cli
+
+    document = {
+        "name": "tiny-credit", "checkpoint": {"methods": {"advantage": "grpo"}, "updates": 1,
+                                              "seed": 3},
+        "task": {"name": "toolcalc", "params": {
+            "max_value": 12, "tools": 3, "max_operand": 4, "max_optimal": 3, "max_steps": 6,
+            "hidden": 16, "train_instances": 8, "eval_instances": 2,
+            "instances_per_update": 4, "group_size": 4, "epochs": 1, "minibatches": 1}},
+        "estimators": ["bipace", "matchtir", "spae"], "group_sizes": [4],
+        "continuations": [4], "instances": 4, "steps_per_instance": 2, "resamples": 100}
+    path = tmp_path / "credit.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    assert cli.main(["credit", str(path), "--out", str(out), "--device", "cpu"]) == 0
+    table = (out / "table.csv").read_text()
+    assert all(name in table for name in ("bipace", "matchtir", "spae"))

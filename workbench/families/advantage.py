@@ -16,7 +16,8 @@ tree_ids (8,; the two rows of each of two groups are one tree, the rows of the o
 each a tree of one leaf), node_ids (8, 12; the rows of one tree share their first two steps'
 nodes), rubric (8, 12, 3; sparse -1/0/1 annotations, 0 at padding, one row without any),
 rubric_weights (8, 3; one item weighs 0), hidden_states (8, 12, 4; noisy copies of three
-states) and action_ids (8, 12; three actions), float64 and seeded. It returns a pair of finite
+states), action_ids (8, 12; three actions) and reference_actions (8, 5; a trace of 1 to 5
+actions per group), float64 and seeded. It returns a pair of finite
 tensors of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not
 modified in place); changing rewards, values, next_values, dones, terminated, old_log_probs,
 ref_log_probs, target_log_probs, node_ids, rubric, hidden_states and action_ids at padded
@@ -122,6 +123,10 @@ class AdvantageBatch:
     action_ids: torch.Tensor | None = _input(
         "(B, T) long: the id of the action each step took (equal ids: the same action; the "
         "loop keeps them only for a method that reads them); any value at padding")
+    reference_actions: torch.Tensor | None = _input(
+        "(B, K) long: a ground-truth trace of the row's task, the action ids of one shortest "
+        "solution from its start (the environment's planner), -1 after the trace's end (K: "
+        "the longest trace); rows of one task instance share it")
 
     def provided(self) -> frozenset[str]:
         """The names of the fields this batch fills (not None)."""
@@ -283,20 +288,32 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "node_ids": node_ids,
         **_judged_inputs(mask),
         **_reference_inputs(mask),
-        **_actor_inputs(mask),
+        **_actor_inputs(mask, group_ids),
     }
 
 
-def _actor_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def _actor_inputs(mask: torch.Tensor, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """hidden_states (8, 12, 4: three prototype states, 0.2 of noise, so steps near one another
-    recur) and action_ids (8, 12; three actions), from their own stream."""
+    recur), action_ids (8, 12; three actions) and reference_actions (a trace per group), from
+    their own stream."""
     gen = torch.Generator().manual_seed(6)
     rows, horizon = mask.shape
     prototypes = torch.randn((3, 4), generator=gen, dtype=torch.float64)
     which = torch.randint(0, 3, (rows, horizon), generator=gen)
     noise = 0.2 * torch.randn((rows, horizon, 4), generator=gen, dtype=torch.float64)
     return {"hidden_states": prototypes[which] + noise,
-            "action_ids": torch.randint(0, 3, (rows, horizon), generator=gen)}
+            "action_ids": torch.randint(0, 3, (rows, horizon), generator=gen),
+            "reference_actions": _traces(gen, group_ids)}
+
+
+def _traces(gen: torch.Generator, group_ids: torch.Tensor) -> torch.Tensor:
+    """(8, 5) reference_actions: one trace of 1 to 5 actions (of three) per group, -1 after
+    it, each row its group's."""
+    groups = int(group_ids.max()) + 1
+    traces = torch.randint(0, 3, (groups, 5), generator=gen)
+    lengths = torch.randint(1, 6, (groups,), generator=gen)
+    traces = torch.where(torch.arange(5) < lengths[:, None], traces, torch.full_like(traces, -1))
+    return traces[group_ids]
 
 
 def _reference_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:

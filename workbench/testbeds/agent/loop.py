@@ -14,7 +14,8 @@ environment steps count in ``cost/env_steps`` like the episodes' own; for a meth
 ``ref_log_probs``, each step's action's log-probability under a frozen copy of the policy as
 training began (``reference_policy``; kept only for such a method); for a method that reads
 ``hidden_states`` or ``action_ids``, the sampling policy's last hidden layer at each step's
-observation (``hidden_states_of``) and each step's action.
+observation (``hidden_states_of``) and each step's action; for one that reads
+``reference_actions``, a shortest solution of each row's instance (``reference_actions_of``).
 With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
 ``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
 Tree-GRPO's sampler); with ``sampling: segments`` the leaves of one tree branching every
@@ -120,6 +121,21 @@ def hidden_states_of(policy: Policy, episodes: Episodes) -> torch.Tensor:
     return found * episodes.mask[:, :, None]
 
 
+def reference_actions_of(make_env: EnvFactory, instances: Sequence[Instance],
+                         group_ids: torch.Tensor, *, max_steps: int,
+                         device: torch.device) -> torch.Tensor:
+    """(B, K) ``reference_actions``: the environment's shortest solution (``optimal_actions``
+    from the start) of instance ``instances[group_ids[r]]`` for row r, -1 after its end."""
+    env = make_env(list(instances), max_steps, device)
+    env.reset()
+    traces = [env.optimal_actions(i) for i in range(len(instances))]
+    width = max(1, max(len(t) for t in traces))
+    table = torch.full((len(traces), width), -1, dtype=torch.long)
+    for i, trace in enumerate(traces):
+        table[i, :len(trace)] = torch.tensor(trace, dtype=torch.long)
+    return table.to(group_ids.device)[group_ids]
+
+
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
@@ -187,6 +203,10 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
             batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
         if "action_ids" in slots.advantage_inputs:
             batch = replace(batch, action_ids=episodes.actions)
+        if "reference_actions" in slots.advantage_inputs:
+            batch = replace(batch, reference_actions=reference_actions_of(
+                make_env, [train_layouts[i] for i in chosen], group_ids, max_steps=max_steps,
+                device=device))
         advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
