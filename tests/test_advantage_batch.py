@@ -75,8 +75,9 @@ def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
                                 judge=KeyDoorJudge), groups).provided()
     # mc_values: the loop's continuations; ref_log_probs: its frozen reference policy;
     # hidden_states and action_ids: the sampling policy's features and the actions it took;
-    # reference_actions: the planner's shortest solution
-    loop = {"mc_values", "ref_log_probs", "hidden_states", "action_ids", "reference_actions"}
+    # policy_entropy: its entropy at each step; reference_actions: the planner's solution
+    loop = {"mc_values", "ref_log_probs", "hidden_states", "action_ids", "reference_actions",
+            "policy_entropy"}
     assert judged | loop == given("keydoor")
     assert filled | loop == given("toolcalc")
     rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)

@@ -20,7 +20,8 @@ MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float64)
 GROUPS = torch.tensor([0, 0])
 # column t: the state step t starts from; only columns 1 .. L - 1 are read (0 with start)
 MC = torch.tensor([[0.2, 0.5, 0.95, 0.3, 0.3], [0.2, 0.4, 0.1, 0.3, 0.8]], dtype=torch.float64)
-# confidences exp(log p): row 0 0.5, 0.8, 0.5; row 1 all 1 (log p = 0); padding junk
+# confidences exp(log p): row 0 0.5, 0.8, 0.5; row 1 all 1 (log p = 0); padding junk. The
+# entropies given are -log p, so exp(-entropy) is the same confidence
 LOGP = torch.log(torch.tensor([[0.5, 0.8, 0.5, 0.01], [1, 1, 1, 1]], dtype=torch.float64))
 
 
@@ -30,7 +31,7 @@ def _spae(**params):
 
 def _compute(method, **inputs):
     base = {"rewards": REWARDS, "mask": MASK, "group_ids": GROUPS, "mc_values": MC,
-            "old_log_probs": LOGP}
+            "old_log_probs": LOGP, "policy_entropy": -LOGP}
     return method.compute(**(base | inputs))[0]
 
 
@@ -45,15 +46,15 @@ def test_spae_on_accuracy_alone_shapes_gains_and_drops_and_penalises_after_satur
     #   row 1: -0.5, -0.5 - 0.3 = -0.8, -0.5 + 2 * 0.2 = -0.1, -0.5 - 0.3 = -0.8
     method = _spae(potential="accuracy", norm_by_std=False, gain_weight=2.0, drop_weight=1.0,
                    rho=0.5, penalty=0.1)
-    got = _compute(method, old_log_probs=None)
+    got = _compute(method, old_log_probs=None, policy_entropy=None)
     expected = torch.tensor([[0.5, 1.4, 0.25, 0.0], [-0.5, -0.8, -0.1, -0.8]],
                             dtype=torch.float64)
     torch.testing.assert_close(got, expected)
     assert method.requirements(method.params) == {"rewards", "mask", "group_ids", "mc_values"}
 
 
-def test_spae_probe_potential_combines_correctness_and_the_next_action_s_confidence():
-    # Phi = 1.5 Acc Conf + 0.5 Acc - Conf, Conf the probability of the next action taken:
+def test_spae_probe_potential_combines_correctness_and_the_next_state_s_confidence():
+    # Phi = 1.5 Acc Conf + 0.5 Acc - Conf, Conf = exp(-entropy) at the next state:
     #   row 0: after step 0: Acc 0.5, Conf 0.8: 0.6 + 0.25 - 0.8 = 0.05
     #          after step 1: Acc 0.95, Conf 0.5: 0.7125 + 0.475 - 0.5 = 0.6875
     #          after step 2 (the goal): Acc 1, Conf 1: 1
@@ -63,7 +64,19 @@ def test_spae_probe_potential_combines_correctness_and_the_next_action_s_confide
     method = _spae(norm_by_std=False)
     expected = torch.tensor([[0.5, 1.1375, 0.8125, 0.0], [-0.5, -1.1, -0.1, -1.1]],
                             dtype=torch.float64)
-    torch.testing.assert_close(_compute(method), expected)
+    torch.testing.assert_close(_compute(method, old_log_probs=None), expected)
+    assert method.requirements(method.params) == {"rewards", "mask", "group_ids", "mc_values",
+                                                  "policy_entropy"}
+    # the taken actions' probabilities exp(log p) as confidence: the same numbers here
+    taken = _spae(norm_by_std=False, confidence="action_prob")
+    torch.testing.assert_close(_compute(taken, policy_entropy=None), expected)
+    # an entropy that differs changes the potential: row 1's second state at entropy log 2
+    # (Conf 0.5): Phi after step 0 = 1.5 * 0.4 * 0.5 + 0.2 - 0.5 = 0, Delta_1 = -0.8 - 0
+    entropy = (-LOGP).clone()
+    entropy[1, 1] = math.log(2.0)
+    moved = _compute(method, policy_entropy=entropy)
+    torch.testing.assert_close(moved[1, :2], torch.tensor([-0.5, -1.3], dtype=torch.float64))
+    torch.testing.assert_close(moved[0], expected[0])
     # with the std (scores 1, 0: std sqrt(0.5)) the outcome term is +-0.5 / (sqrt(0.5) + 1e-6)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     scaled = _compute(_spae())
@@ -95,7 +108,7 @@ def test_spae_saturation_starts_after_the_first_boundary_at_kappa(kappa):
     # accuracy potential, row 0: Phi 0.5, 0.95, 1. kappa 0.5: steps 1 and 2 follow a
     # saturated boundary; kappa 0.9: step 2 only. rho 0 removes their outcome term.
     method = _spae(potential="accuracy", norm_by_std=False, rho=0.0, xi=0.0, kappa=kappa)
-    got = _compute(method, old_log_probs=None)
+    got = _compute(method, old_log_probs=None, policy_entropy=None)
     row0 = [0.5, 0.0, 0.0, 0.0] if kappa == 0.5 else [0.5, 0.5, 0.0, 0.0]
     assert got[0].tolist() == row0
     assert got[1].tolist() == [-0.5] * 4  # never saturated

@@ -208,6 +208,8 @@ def _advantages(plan: CreditPlan, estimator: Estimator, position: int, episodes:
         batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
     if "action_ids" in needs:
         batch = replace(batch, action_ids=episodes.actions)
+    if "policy_entropy" in needs:
+        batch = replace(batch, policy_entropy=episodes.entropy)
     if "reference_actions" in needs:
         batch = replace(batch, reference_actions=reference_actions_of(
             agent_task(plan).environment, instances, batch.group_ids,

@@ -16,16 +16,17 @@ tree_ids (8,; the two rows of each of two groups are one tree, the rows of the o
 each a tree of one leaf), node_ids (8, 12; the rows of one tree share their first two steps'
 nodes), rubric (8, 12, 3; sparse -1/0/1 annotations, 0 at padding, one row without any),
 rubric_weights (8, 3; one item weighs 0), hidden_states (8, 12, 4; noisy copies of three
-states), action_ids (8, 12; three actions) and reference_actions (8, 5; a trace of 1 to 5
-actions per group), float64 and seeded. It returns a pair of finite
+states), action_ids (8, 12; three actions), reference_actions (8, 5; a trace of 1 to 5
+actions per group) and policy_entropy (8, 12), float64 and seeded. It returns a pair of finite
 tensors of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not
 modified in place); changing rewards, values, next_values, dones, terminated, old_log_probs,
-ref_log_probs, target_log_probs, node_ids, rubric, hidden_states and action_ids at padded
-positions changes nothing at valid ones (values of the state of a valid step or of the state
-after one are kept); a method reading mc_values names through ``value_request`` only states
-valid steps start from, with at least one continuation, and changing mc_values elsewhere
-changes nothing; each declared invariant holds (``zero_mean_per_group``: atol 1e-6;
-``row_independent``: the rows computed in two calls, 0-2 and 3-7, equal one call's to 1e-12).
+ref_log_probs, target_log_probs, node_ids, rubric, hidden_states, action_ids and
+policy_entropy at padded positions changes nothing at valid ones (values of the state of a
+valid step or of the state after one are kept); a method reading mc_values names through
+``value_request`` only states valid steps start from, with at least one continuation, and
+changing mc_values elsewhere changes nothing; each declared invariant holds
+(``zero_mean_per_group``: atol 1e-6; ``row_independent``: the rows computed in two calls, 0-2
+and 3-7, equal one call's to 1e-12).
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ class AdvantageBatch:
     action_ids: torch.Tensor | None = _input(
         "(B, T) long: the id of the action each step took (equal ids: the same action; the "
         "loop keeps them only for a method that reads them); any value at padding")
+    policy_entropy: torch.Tensor | None = _input(
+        "(B, T) float >= 0: the entropy (nats) of the sampling policy's action distribution at "
+        "each step's state, before its action was drawn (the loop keeps it only for a method "
+        "that reads it); any value at padding")
     reference_actions: torch.Tensor | None = _input(
         "(B, K) long: a ground-truth trace of the row's task, the action ids of one shortest "
         "solution from its start (the environment's planner), -1 after the trace's end (K: "
@@ -294,8 +299,8 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
 
 def _actor_inputs(mask: torch.Tensor, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """hidden_states (8, 12, 4: three prototype states, 0.2 of noise, so steps near one another
-    recur), action_ids (8, 12; three actions) and reference_actions (a trace per group), from
-    their own stream."""
+    recur), action_ids (8, 12; three actions), reference_actions (a trace per group) and
+    policy_entropy (8, 12; in [0, 1.4]), from their own stream."""
     gen = torch.Generator().manual_seed(6)
     rows, horizon = mask.shape
     prototypes = torch.randn((3, 4), generator=gen, dtype=torch.float64)
@@ -303,7 +308,9 @@ def _actor_inputs(mask: torch.Tensor, group_ids: torch.Tensor) -> dict[str, torc
     noise = 0.2 * torch.randn((rows, horizon, 4), generator=gen, dtype=torch.float64)
     return {"hidden_states": prototypes[which] + noise,
             "action_ids": torch.randint(0, 3, (rows, horizon), generator=gen),
-            "reference_actions": _traces(gen, group_ids)}
+            "reference_actions": _traces(gen, group_ids),
+            "policy_entropy": torch.rand((rows, horizon), generator=gen,
+                                         dtype=torch.float64) * 1.4}
 
 
 def _traces(gen: torch.Generator, group_ids: torch.Tensor) -> torch.Tensor:
@@ -383,6 +390,8 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         out["hidden_states"] = torch.where(padded[:, :, None],
                                            out["hidden_states"].roll(1, dims=0),
                                            out["hidden_states"])
+    if "policy_entropy" in out:
+        out["policy_entropy"] = torch.where(padded, noise, out["policy_entropy"])
     if "action_ids" in out:
         out["action_ids"] = torch.where(padded, torch.zeros_like(out["action_ids"]),
                                         out["action_ids"])

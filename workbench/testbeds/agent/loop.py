@@ -14,7 +14,8 @@ environment steps count in ``cost/env_steps`` like the episodes' own; for a meth
 ``ref_log_probs``, each step's action's log-probability under a frozen copy of the policy as
 training began (``reference_policy``; kept only for such a method); for a method that reads
 ``hidden_states`` or ``action_ids``, the sampling policy's last hidden layer at each step's
-observation (``hidden_states_of``) and each step's action; for one that reads
+observation (``hidden_states_of``), each step's action and the policy's entropy at each
+step's state (``policy_entropy``); for one that reads
 ``reference_actions``, a shortest solution of each row's instance (``reference_actions_of``).
 With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
 ``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
@@ -199,10 +200,13 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
             env_steps += continued
         if reference is not None:
             batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, episodes))
-        if "hidden_states" in slots.advantage_inputs:  # the sampling policy's (not updated yet)
+        # the sampling policy's (not updated yet) hidden states, actions and entropies
+        if "hidden_states" in slots.advantage_inputs:
             batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
         if "action_ids" in slots.advantage_inputs:
             batch = replace(batch, action_ids=episodes.actions)
+        if "policy_entropy" in slots.advantage_inputs:
+            batch = replace(batch, policy_entropy=episodes.entropy)
         if "reference_actions" in slots.advantage_inputs:
             batch = replace(batch, reference_actions=reference_actions_of(
                 make_env, [train_layouts[i] for i in chosen], group_ids, max_steps=max_steps,
