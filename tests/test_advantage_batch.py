@@ -75,9 +75,13 @@ def test_each_rl_testbed_provides_the_advantage_inputs_its_builder_fills():
     assert filled | {"ref_log_probs"} == given("keydoor-lm") == given("toolcalc-lm")
     judged = episode_batch(play(env, policy, torch.Generator().manual_seed(0), values=True,
                                 judge=KeyDoorJudge), groups).provided()
-    # mc_values: the loop's continuations; ref_log_probs: its frozen reference policy
-    assert judged | {"mc_values", "ref_log_probs"} == given("keydoor")
-    assert filled | {"mc_values", "ref_log_probs"} == given("toolcalc")
+    # mc_values: the loop's continuations; ref_log_probs: its frozen reference policy;
+    # hidden_states and action_ids: the sampling policy's features and the actions it took;
+    # policy_entropy: its entropy at each step; reference_actions: the planner's solution
+    loop = {"mc_values", "ref_log_probs", "hidden_states", "action_ids", "reference_actions",
+            "policy_entropy"}
+    assert judged | loop == given("keydoor")
+    assert filled | loop == given("toolcalc")
     rewards, mask = torch.zeros(4, 3), torch.ones(4, 3)
     full = completion_batch(rewards, mask, groups, torch.zeros(4, 4), torch.zeros(4),
                             torch.zeros(4, 3), torch.zeros(4, 3))

@@ -14,16 +14,19 @@ truncation), reward_baselines (8,), anchor_ids (8, 12; three states, so they rec
 old_log_probs (8, 12), ref_log_probs (8, 12), target_log_probs (8, 12), mc_values (8, 13),
 tree_ids (8,; the two rows of each of two groups are one tree, the rows of the other groups
 each a tree of one leaf), node_ids (8, 12; the rows of one tree share their first two steps'
-nodes), rubric (8, 12, 3; sparse -1/0/1 annotations, 0 at padding, one row without any) and
-rubric_weights (8, 3; one item weighs 0), float64 and seeded. It returns a pair of finite
+nodes), rubric (8, 12, 3; sparse -1/0/1 annotations, 0 at padding, one row without any),
+rubric_weights (8, 3; one item weighs 0), hidden_states (8, 12, 4; noisy copies of three
+states), action_ids (8, 12; three actions), reference_actions (8, 5; a trace of 1 to 5
+actions per group) and policy_entropy (8, 12), float64 and seeded. It returns a pair of finite
 tensors of the shape of rewards; it is a pure function (same inputs, same outputs; inputs not
 modified in place); changing rewards, values, next_values, dones, terminated, old_log_probs,
-ref_log_probs, target_log_probs, node_ids and rubric at padded positions changes nothing at
-valid ones (values of the state of a valid step or of the state after one are kept); a method
-reading mc_values names through ``value_request`` only states valid steps start from, with at
-least one continuation, and changing mc_values elsewhere changes nothing; each declared
-invariant holds (``zero_mean_per_group``: atol 1e-6; ``row_independent``: the rows computed in
-two calls, 0-2 and 3-7, equal one call's to 1e-12).
+ref_log_probs, target_log_probs, node_ids, rubric, hidden_states, action_ids and
+policy_entropy at padded positions changes nothing at valid ones (values of the state of a
+valid step or of the state after one are kept); a method reading mc_values names through
+``value_request`` only states valid steps start from, with at least one continuation, and
+changing mc_values elsewhere changes nothing; each declared invariant holds
+(``zero_mean_per_group``: atol 1e-6; ``row_independent``: the rows computed in two calls, 0-2
+and 3-7, equal one call's to 1e-12).
 """
 
 from __future__ import annotations
@@ -114,6 +117,21 @@ class AdvantageBatch:
         "trained (the learner's), where the steps were sampled by an older one (off-policy "
         "data: old_log_probs is the sampler's); equal to old_log_probs on-policy; any value at "
         "padding")
+    hidden_states: torch.Tensor | None = _input(
+        "(B, T, D) float: the sampling policy's last hidden layer at each step's observation "
+        "(the actor's own representation of the state, BiPACE's clustering space; the loop "
+        "computes it only for a method that reads it); any value at padding")
+    action_ids: torch.Tensor | None = _input(
+        "(B, T) long: the id of the action each step took (equal ids: the same action; the "
+        "loop keeps them only for a method that reads them); any value at padding")
+    policy_entropy: torch.Tensor | None = _input(
+        "(B, T) float >= 0: the entropy (nats) of the sampling policy's action distribution at "
+        "each step's state, before its action was drawn (the loop keeps it only for a method "
+        "that reads it); any value at padding")
+    reference_actions: torch.Tensor | None = _input(
+        "(B, K) long: a ground-truth trace of the row's task, the action ids of one shortest "
+        "solution from its start (the environment's planner), -1 after the trace's end (K: "
+        "the longest trace); rows of one task instance share it")
 
     def provided(self) -> frozenset[str]:
         """The names of the fields this batch fills (not None)."""
@@ -275,7 +293,34 @@ def _advantage_inputs() -> dict[str, torch.Tensor]:
         "node_ids": node_ids,
         **_judged_inputs(mask),
         **_reference_inputs(mask),
+        **_actor_inputs(mask, group_ids),
     }
+
+
+def _actor_inputs(mask: torch.Tensor, group_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """hidden_states (8, 12, 4: three prototype states, 0.2 of noise, so steps near one another
+    recur), action_ids (8, 12; three actions), reference_actions (a trace per group) and
+    policy_entropy (8, 12; in [0, 1.4]), from their own stream."""
+    gen = torch.Generator().manual_seed(6)
+    rows, horizon = mask.shape
+    prototypes = torch.randn((3, 4), generator=gen, dtype=torch.float64)
+    which = torch.randint(0, 3, (rows, horizon), generator=gen)
+    noise = 0.2 * torch.randn((rows, horizon, 4), generator=gen, dtype=torch.float64)
+    return {"hidden_states": prototypes[which] + noise,
+            "action_ids": torch.randint(0, 3, (rows, horizon), generator=gen),
+            "reference_actions": _traces(gen, group_ids),
+            "policy_entropy": torch.rand((rows, horizon), generator=gen,
+                                         dtype=torch.float64) * 1.4}
+
+
+def _traces(gen: torch.Generator, group_ids: torch.Tensor) -> torch.Tensor:
+    """(8, 5) reference_actions: one trace of 1 to 5 actions (of three) per group, -1 after
+    it, each row its group's."""
+    groups = int(group_ids.max()) + 1
+    traces = torch.randint(0, 3, (groups, 5), generator=gen)
+    lengths = torch.randint(1, 6, (groups,), generator=gen)
+    traces = torch.where(torch.arange(5) < lengths[:, None], traces, torch.full_like(traces, -1))
+    return traces[group_ids]
 
 
 def _reference_inputs(mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -341,6 +386,15 @@ def _perturb_padding(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     if "anchor_ids" in out:  # padded steps named as the valid steps' states
         out["anchor_ids"] = torch.where(padded, torch.zeros_like(out["anchor_ids"]),
                                         out["anchor_ids"])
+    if "hidden_states" in out:  # padded steps placed among the valid ones' states
+        out["hidden_states"] = torch.where(padded[:, :, None],
+                                           out["hidden_states"].roll(1, dims=0),
+                                           out["hidden_states"])
+    if "policy_entropy" in out:
+        out["policy_entropy"] = torch.where(padded, noise, out["policy_entropy"])
+    if "action_ids" in out:
+        out["action_ids"] = torch.where(padded, torch.zeros_like(out["action_ids"]),
+                                        out["action_ids"])
     if "node_ids" in out:  # padded steps named as another row's shared node
         out["node_ids"] = torch.where(padded, torch.full_like(out["node_ids"], 100),
                                       out["node_ids"])

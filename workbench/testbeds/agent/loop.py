@@ -12,7 +12,11 @@ annotations); for a method that reads ``mc_values``, the states its ``value_requ
 are restored and played on by the sampling policy (``mc_values_of``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own; for a method that reads
 ``ref_log_probs``, each step's action's log-probability under a frozen copy of the policy as
-training began (``reference_policy``; kept only for such a method).
+training began (``reference_policy``; kept only for such a method); for a method that reads
+``hidden_states`` or ``action_ids``, the sampling policy's last hidden layer at each step's
+observation (``hidden_states_of``), each step's action and the policy's entropy at each
+step's state (``policy_entropy``); for one that reads
+``reference_actions``, a shortest solution of each row's instance (``reference_actions_of``).
 With ``sampling: tree`` the G rows of an instance are instead the kept leaves of
 ``tree_count`` trees grown by restoring the environment at chosen steps (``tree.play_trees``:
 Tree-GRPO's sampler); with ``sampling: segments`` the leaves of one tree branching every
@@ -110,6 +114,29 @@ def ref_log_probs_of(reference: Policy, episodes: Episodes) -> torch.Tensor:
     return found * episodes.mask
 
 
+def hidden_states_of(policy: Policy, episodes: Episodes) -> torch.Tensor:
+    """(B, T, hidden) ``hidden_states``: the policy's last hidden layer at each played step's
+    observation, 0 at padding."""
+    with torch.no_grad():
+        found = policy.features(episodes.obs)
+    return found * episodes.mask[:, :, None]
+
+
+def reference_actions_of(make_env: EnvFactory, instances: Sequence[Instance],
+                         group_ids: torch.Tensor, *, max_steps: int,
+                         device: torch.device) -> torch.Tensor:
+    """(B, K) ``reference_actions``: the environment's shortest solution (``optimal_actions``
+    from the start) of instance ``instances[group_ids[r]]`` for row r, -1 after its end."""
+    env = make_env(list(instances), max_steps, device)
+    env.reset()
+    traces = [env.optimal_actions(i) for i in range(len(instances))]
+    width = max(1, max(len(t) for t in traces))
+    table = torch.full((len(traces), width), -1, dtype=torch.long)
+    for i, trace in enumerate(traces):
+        table[i, :len(trace)] = torch.tensor(trace, dtype=torch.long)
+    return table.to(group_ids.device)[group_ids]
+
+
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
@@ -173,6 +200,17 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
             env_steps += continued
         if reference is not None:
             batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, episodes))
+        # the sampling policy's (not updated yet) hidden states, actions and entropies
+        if "hidden_states" in slots.advantage_inputs:
+            batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
+        if "action_ids" in slots.advantage_inputs:
+            batch = replace(batch, action_ids=episodes.actions)
+        if "policy_entropy" in slots.advantage_inputs:
+            batch = replace(batch, policy_entropy=episodes.entropy)
+        if "reference_actions" in slots.advantage_inputs:
+            batch = replace(batch, reference_actions=reference_actions_of(
+                make_env, [train_layouts[i] for i in chosen], group_ids, max_steps=max_steps,
+                device=device))
         advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)

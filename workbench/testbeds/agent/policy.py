@@ -30,6 +30,11 @@ class Policy(nn.Module):
         """(N,) the value head's estimate of each observation's return."""
         return self.critic(obs).squeeze(-1)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """(..., hidden) the policy's last hidden layer at each observation (before the
+        logits)."""
+        return self.net[:-1](obs)
+
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=self.net(obs))
 

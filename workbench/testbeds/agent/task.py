@@ -30,8 +30,12 @@ from workbench.testbeds.shared.advantage_batch import EPISODE_INPUTS
 
 # the advantage slot's inputs this loop gives: what ``shared.advantage_batch.episode_batch``
 # fills (values and next_values from a value head the policy gets when the advantage method
-# reads them), and mc_values from continuations of the states the method names (``loop.train``)
-ADVANTAGE_INPUTS = EPISODE_INPUTS | AdvantageBatch.names("mc_values", "ref_log_probs")
+# reads them), and mc_values from continuations of the states the method names, ref_log_probs,
+# hidden_states, action_ids, policy_entropy and reference_actions (a shortest solution) for a
+# method that reads them (``loop.train``)
+ADVANTAGE_INPUTS = EPISODE_INPUTS | AdvantageBatch.names(
+    "mc_values", "ref_log_probs", "hidden_states", "action_ids", "reference_actions",
+    "policy_entropy")
 # a task with a rubric judge (``AgentTask.judge``) gives its annotations too
 RUBRIC_INPUTS = AdvantageBatch.names("rubric", "rubric_weights")
 
