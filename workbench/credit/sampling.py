@@ -68,7 +68,7 @@ from workbench.families import AdvantageBatch, compute_advantages
 from workbench.testbeds.agent.environment import Instance
 from workbench.testbeds.agent.episodes import Episodes, mc_values_of, play
 from workbench.testbeds.agent.ground_truth import q_and_v_returns
-from workbench.testbeds.agent.loop import hidden_states_of, reference_actions_of
+from workbench.testbeds.agent.loop import with_step_inputs
 from workbench.testbeds.agent.policy import Policy
 from workbench.testbeds.agent.tree import (
     SegmentShape,
@@ -204,16 +204,8 @@ def _advantages(plan: CreditPlan, estimator: Estimator, position: int, episodes:
             policy, generator, max_steps=plan.task_params.max_steps, device=device,
             make_env=agent_task(plan).environment)
         batch = replace(batch, mc_values=mc_values)
-    if "hidden_states" in needs:  # as the training loop gives them (``loop.hidden_states_of``)
-        batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
-    if "action_ids" in needs:
-        batch = replace(batch, action_ids=episodes.actions)
-    if "policy_entropy" in needs:
-        batch = replace(batch, policy_entropy=episodes.entropy)
-    if "reference_actions" in needs:
-        batch = replace(batch, reference_actions=reference_actions_of(
-            agent_task(plan).environment, instances, batch.group_ids,
-            max_steps=plan.task_params.max_steps, device=device))
+    batch = with_step_inputs(batch, needs, policy, episodes, agent_task(plan).environment,
+                             instances, max_steps=plan.task_params.max_steps, device=device)
     out, _ = compute_advantages(method, batch, needs)
     return out.detach().double().cpu(), continued
 

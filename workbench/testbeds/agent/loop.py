@@ -53,6 +53,7 @@ from pydantic import Field
 
 from workbench.common import seeds
 from workbench.families import (
+    AdvantageBatch,
     compute_advantages,
     mean_over_steps,
     minibatch_epochs,
@@ -137,6 +138,26 @@ def reference_actions_of(make_env: EnvFactory, instances: Sequence[Instance],
     return table.to(group_ids.device)[group_ids]
 
 
+def with_step_inputs(batch: AdvantageBatch, needs: frozenset[str], policy: Policy,
+                     episodes: Episodes, make_env: EnvFactory, instances: Sequence[Instance],
+                     *, max_steps: int, device: torch.device) -> AdvantageBatch:
+    """``batch`` with the per-step inputs the episodes do not fill until a method ``needs``
+    them: the sampling policy's (not yet updated) hidden states (``hidden_states_of``), each
+    step's action and the policy's entropy at its state, and a shortest solution of each row's
+    instance, ``instances[group_ids[r]]`` (``reference_actions_of``). The training loop and
+    ``workbench credit`` both fill them here."""
+    if "hidden_states" in needs:
+        batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
+    if "action_ids" in needs:
+        batch = replace(batch, action_ids=episodes.actions)
+    if "policy_entropy" in needs:
+        batch = replace(batch, policy_entropy=episodes.entropy)
+    if "reference_actions" in needs:
+        batch = replace(batch, reference_actions=reference_actions_of(
+            make_env, instances, batch.group_ids, max_steps=max_steps, device=device))
+    return batch
+
+
 def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], policy: Policy,
           methods: Mapping[str, Any], settings: AgentSettings, *, max_steps: int,
           budget: Budget, seed: int, log: LogFn, device: torch.device,
@@ -200,17 +221,9 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
             env_steps += continued
         if reference is not None:
             batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, episodes))
-        # the sampling policy's (not updated yet) hidden states, actions and entropies
-        if "hidden_states" in slots.advantage_inputs:
-            batch = replace(batch, hidden_states=hidden_states_of(policy, episodes))
-        if "action_ids" in slots.advantage_inputs:
-            batch = replace(batch, action_ids=episodes.actions)
-        if "policy_entropy" in slots.advantage_inputs:
-            batch = replace(batch, policy_entropy=episodes.entropy)
-        if "reference_actions" in slots.advantage_inputs:
-            batch = replace(batch, reference_actions=reference_actions_of(
-                make_env, [train_layouts[i] for i in chosen], group_ids, max_steps=max_steps,
-                device=device))
+        batch = with_step_inputs(batch, slots.advantage_inputs, policy, episodes, make_env,
+                                 [train_layouts[i] for i in chosen], max_steps=max_steps,
+                                 device=device)
         advantages, returns = compute_advantages(slots.advantage, batch, slots.advantage_inputs)
         entropy = float(episodes.entropy[episodes.mask != 0].mean())
         coefficient = slots.entropy.coefficient(update, entropy)
