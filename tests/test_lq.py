@@ -139,30 +139,35 @@ def test_the_oscillator_output_by_hand():
     assert gains.abs().sum() == 0 and torch.equal(signals[0], u)
 
 
-def ars(params, *, steps, seed, lr=0.02):
+def ars(params, *, steps, seed, method="constant", **hyperparameters):
     logged = []
     out = TASK().run(TASK.Params(**params),
-                     {"step_size": registry.get("step_size", "constant")(lr=lr),
+                     {"step_size": registry.get("step_size", method)(**hyperparameters),
                       "batch_size": registry.get("batch_size", "constant")()},
                      seed=seed, device=torch.device("cpu"), budget=Budget(steps=steps),
                      log=lambda step, metrics: logged.append(dict(metrics)))
     return out, logged
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_ars_learns_a_near_riccati_linear_policy_and_the_oscillator_does_not(seed):
-    """Measured (README: lq): 300 updates of V1 (N = 8, nu = 0.03, alpha = 0.02, H = 300) end
-    at a gap of 0.33-0.63 to the Riccati controller on seeds 0-2, from about 1.8e4 at K = 0;
-    the open-loop oscillator stays near 1.9e4. Bounds with a wide margin: 150 updates, the
-    linear policy under 2, the oscillator above 1000."""
-    out, logged = ars({}, steps=150, seed=seed)
+def test_ars_reaches_a_near_riccati_linear_policy():
+    """Measured (README: lq): 300 updates of V1 (N = 16, nu = 0.005, a cosine schedule from
+    alpha 0.01, H = 300) end at gaps of 0.0066, 0.019, 0.015 to the Riccati controller on
+    seeds 0-2, from 1.8e4 at K = 0. Bound with a wide margin: under 0.1."""
+    out, logged = ars({"directions": 16, "nu": 0.005}, steps=300, seed=0, method="schedule",
+                      lr=0.01, shape="cosine")
     assert logged[0]["train/relative_cost_gap"] > 1e4  # K = 0: the unstable open loop
-    assert not out["diverged"] and out["train/relative_cost_gap"] < 2.0
-    assert out["train/stationary_cost_gap"] < 2.0
-    assert out["cost/env_steps"] == 150 * 8 * 2 * 300
-    oscillator, _ = ars({"policy": "oscillator"}, steps=150, seed=seed)
-    assert oscillator["train/relative_cost_gap"] > 1000
-    assert "train/stationary_cost_gap" not in oscillator
+    assert not out["diverged"] and out["train/relative_cost_gap"] < 0.1
+    assert out["train/stationary_cost_gap"] < 0.1
+    assert out["cost/env_steps"] == 300 * 16 * 2 * 300
+
+
+def test_the_open_loop_oscillator_stays_near_its_start():
+    """Measured (README: lq): alpha 0.02, N = 8, nu = 0.03, 300 updates: gaps 1.85e4-1.93e4 on
+    seeds 0-2 (1.84e4 at the start; with a zero-mean x_0, u = 0 is the best open-loop input).
+    Bound: above 1,000 after 100 updates, with no stationary gap logged."""
+    out, _ = ars({"policy": "oscillator", "nu": 0.03}, steps=100, seed=0, lr=0.02)
+    assert not out["diverged"] and out["train/relative_cost_gap"] > 1000
+    assert "train/stationary_cost_gap" not in out
 
 
 def test_workbench_run_lqr_ars(tmp_path):

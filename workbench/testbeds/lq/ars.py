@@ -10,7 +10,7 @@ the returns r(theta + nu delta_k), r(theta - nu delta_k) of one rollout each,
 top-b the b directions with the largest max(r+, r-) (V1: b = N) and sigma_R the standard
 deviation of the 2b returns used (population, ddof 0; 1 where they are all equal, and 1 when
 ``normalise`` is off: Basic Random Search, the paper's Algorithm 1 with b = N). V2's online
-state normalisation is not implemented (the paper's LQR experiment needs none).
+state normalisation is not implemented (this LQR's states share one scale).
 
 Here ``ars_direction`` returns g = 1/(b sigma_R) sum [r+ - r-] delta: the step-size slot's
 optimizer is handed -g as the gradient of the cost, so ``constant`` (theta <- theta - alpha

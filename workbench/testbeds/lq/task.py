@@ -54,7 +54,9 @@ class LQParams(OneThreadParams):
                             "batch-size slot's base size)")
     top_b: int | None = Field(None, ge=1, description="b, the directions kept (None: all N, "
                               "ARS V1; b < N: V1-t)")
-    nu: float = Field(0.03, gt=0.0, description="std of the exploration noise nu")
+    nu: float = Field(0.01, gt=0.0, description="std of the exploration noise nu (the "
+                      "paper's range 0.01-0.03; the smoothing biases the fixed point: "
+                      "README: lq)")
     normalise: bool = Field(True, description="divide by sigma_R, the std of the 2b returns "
                             "used (off: basic random search)")
     omega: float = Field(0.1, description="the oscillator's starting frequency (rad per step)")
