@@ -178,3 +178,22 @@ def test_workbench_run_lqr_ars(tmp_path):
     assert result["steps"] == 5 and result["env_steps"] == 5 * 4 * 2 * 20
     assert math.isfinite(result["train/relative_cost_gap"]) and result["batch/size"] == 4
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_batch_size_slot_sets_the_directions_of_each_update():
+    # a geometric ramp 2, 4, 8 (doubling every update, in updates): 2 N H environment steps each
+    ramp = registry.get("batch_size", "geometric_ramp")(start_size=2, factor=2.0,
+                                                        trigger="steps", every_steps=1)
+    logged = []
+    out = TASK().run(TASK.Params(horizon=10), {
+        "step_size": registry.get("step_size", "constant")(lr=0.01), "batch_size": ramp},
+        seed=0, device=torch.device("cpu"), budget=Budget(steps=3),
+        log=lambda step, metrics: logged.append(dict(metrics)))
+    assert [m["batch/size"] for m in logged[1:]] == [2.0, 4.0, 8.0]
+    assert out["env_steps"] == (2 + 4 + 8) * 2 * 10
+    # a budget in environment steps stops the run once they are spent
+    out = TASK().run(TASK.Params(horizon=10, directions=4), {
+        "step_size": registry.get("step_size", "constant")(lr=0.01),
+        "batch_size": registry.get("batch_size", "constant")()},
+        seed=0, device=torch.device("cpu"), budget=Budget(samples=200), log=lambda *a: None)
+    assert (out["steps"], out["env_steps"]) == (3, 240)
