@@ -9,9 +9,9 @@ The instance (``dean``) is the one Dean, Mania, Matni, Recht & Tu (2017, "On the
 complexity of the linear quadratic regulator") use and Mania, Guy & Recht (2018, ARS) take for
 their LQR experiment: A = [[1.01, 0.01, 0], [0.01, 1.01, 0.01], [0, 0.01, 1.01]] (a marginally
 unstable graph Laplacian system: every eigenvalue of A exceeds 1), B = I, Q = 1e-3 I, R = I.
-The matrices are as those papers state them; the noise scale, the start distribution and the
-horizon are this testbed's options (reconstructed: the papers' rollout settings are not
-restated here).
+The defaults of the rest (x_0 ~ N(0, I), w_t ~ N(0, I), episodes of about 300 steps) are those
+of the LQR environment in the ARS code base, read, not run (fidelity: reconstructed); each is an
+option of the task.
 
 References computed here:
 
