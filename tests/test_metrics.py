@@ -38,6 +38,8 @@ RUNS = [
     ("pendulum", SMALL_CONTROL, {}),
     ("dqn-cartpole", {"num_envs": 2, "learning_starts": 80, "train_frequency": 1,
                       "batch_size": 8, "hidden": [8]}, {"batch_size": ("linear_ramp", {})}),
+    ("lqr-ars", {"horizon": 20}, {}),
+    ("lqr-ars", {"horizon": 20, "policy": "oscillator", "top_b": 4}, {}),
     ("rlvr-arith", TINY_RLVR, {"entropy": ("clip_cov", {})}),
     ("rlvr-arith", TINY_RLVR, {"advantage": ("gae", {})}),
     ("keydoor", TINY_AGENT, {"advantage": ("gigpo", {}), "entropy": ("clip_cov", {})}),

@@ -108,13 +108,14 @@ def test_armijo_state_survives_state_dict():
 
 def test_every_method_runs_on_every_task_it_fits():
     """Every step-size method on every optimisation testbed it fits, on CartPole's
-    policy-gradient loop (PPO, the other slots at the task's defaults) and on DQN's TD
-    updates."""
+    policy-gradient loop (PPO, the other slots at the task's defaults), on DQN's TD
+    updates and along ARS's direction (lqr-ars)."""
     from workbench.testbeds import TASKS
 
     small_rl = {"cartpole": ({"num_envs": 4, "rollout_len": 16}, "train/value_loss"),
                 "dqn-cartpole": ({"learning_starts": 32, "train_frequency": 1,
-                                  "batch_size": 16, "hidden": [16]}, "train/td_loss")}
+                                  "batch_size": 16, "hidden": [16]}, "train/td_loss"),
+                "lqr-ars": ({"horizon": 20}, "train/relative_cost_gap")}
     for task_cls in TASKS.values():
         rl = task_cls.name in small_rl
         if "train/loss" not in task_cls.metrics and not rl:

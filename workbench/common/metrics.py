@@ -105,6 +105,19 @@ VOCABULARY: dict[str, Metric] = {
     "train/infeasibility": Metric("how far x is outside the feasible set: |sum x - 1| or the "
                                   "largest negative entry (simplex), L1 excess (L1 ball)",
                                   "norm", **NONNEGATIVE),
+    # -- linear-quadratic control (the lq testbed)
+    "train/expected_cost": Metric("the policy's exact expected cost per step over the task's "
+                                  "horizon, x'Qx + u'Ru averaged over the H steps (from the "
+                                  "state's moments, not sampled)", "cost", **NONNEGATIVE),
+    "train/relative_cost_gap": Metric("(J_H(policy) - J_H(K*)) / J_H(K*): the exact expected "
+                                      "cost over the horizon relative to that of the "
+                                      "Riccati-optimal stationary gain K* (DARE); may be "
+                                      "slightly negative, a finite horizon's end effect",
+                                      "fraction"),
+    "train/stationary_cost_gap": Metric("(J(K) - J*) / J* of a linear policy u = Kx: its "
+                                        "infinite-horizon average cost (Lyapunov) relative to "
+                                        "the DARE's optimum; inf when A + BK is unstable",
+                                        "fraction", **NONNEGATIVE),
     "val/loss": Metric("the loss on the held-out validation split", "loss"),
     "val/accuracy": Metric("fraction of the validation split classified correctly",
                            "fraction", **FRACTION),

@@ -28,6 +28,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "mountain-car": ("workbench.testbeds.control.task", "MountainCar"),
     "pendulum": ("workbench.testbeds.control.task", "Pendulum"),
     "dqn-cartpole": ("workbench.testbeds.value.task", "DQNCartPole"),
+    "lqr-ars": ("workbench.testbeds.lq.task", "LQRARS"),
     "rlvr-arith": ("workbench.testbeds.rlvr.task", "RLVRArith"),
     "rlvr-countdown": ("workbench.testbeds.rlvr.task", "RLVRCountdown"),
     "keydoor": ("workbench.testbeds.agent.task", "KeyDoorTask"),
