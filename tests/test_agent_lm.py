@@ -433,3 +433,23 @@ def test_workbench_run_keydoor_lm_with_implicit_prm(tmp_path):
     result = json.loads(out.stdout)
     assert result["steps"] == 2 and not result["diverged"]
     assert math.isfinite(result["train/policy_loss"])
+
+
+def test_a_kl_penalty_keeps_a_reference_model_for_any_method_and_logs_its_kl():
+    """kl_coef > 0 on the turn loop: a reference for grpo too, train/kl_ref logged (the
+    token-mean k3 to the initial model: >= 0, small after two tiny updates); without it none."""
+    task = get_task("keydoor-lm")
+
+    def run(**extra) -> list[dict]:
+        methods = {slot: registry.get(slot, method)() for slot, method in
+                   task.default_methods.items()}
+        logged: list[dict] = []
+        task().run(task.Params(**TINY_TASK, **extra), methods, seed=0,
+                   device=torch.device("cpu"), budget=Budget(steps=2),
+                   log=lambda step, m: logged.append(dict(m)))
+        return [m for m in logged if "train/policy_loss" in m]
+
+    held = run(kl_coef=0.5)
+    assert len(held) == 2
+    assert all(0.0 <= m["train/kl_ref"] < 0.5 for m in held)
+    assert all("train/kl_ref" not in m for m in run())

@@ -12,7 +12,9 @@ annotations); for a method that reads ``mc_values``, the states its ``value_requ
 are restored and played on by the sampling policy (``mc_values_of``), and those
 environment steps count in ``cost/env_steps`` like the episodes' own; for a method that reads
 ``ref_log_probs``, each step's action's log-probability under a frozen copy of the policy as
-training began (``reference_policy``; kept only for such a method); for a method that reads
+training began (``reference_policy``; kept only for such a method, or for a KL penalty to it:
+``kl_coef`` > 0 adds ``kl_coef`` times the step mean of ``shared.losses.kl_penalty`` to the
+loss, ``train/kl_ref``); for a method that reads
 ``hidden_states`` or ``action_ids``, the sampling policy's last hidden layer at each step's
 observation (``hidden_states_of``), each step's action and the policy's entropy at each
 step's state (``policy_entropy``); for one that reads
@@ -74,7 +76,7 @@ from workbench.testbeds.agent.tree import (
 )
 from workbench.testbeds.settings import Settings
 from workbench.testbeds.shared.advantage_batch import episode_batch
-from workbench.testbeds.shared.losses import ppo_clip_loss
+from workbench.testbeds.shared.losses import kl_penalty, ppo_clip_loss
 
 if TYPE_CHECKING:
     from workbench.common.budget import Budget, LogFn
@@ -97,6 +99,12 @@ class AgentSettings(TreeSampling, Settings):
     batch_axis: Literal["instances", "group_size"] = Field(
         "instances", description="what the batch_size slot changes: M (instances per update) "
         "or G (rollouts per instance; independent rollouts only)")
+    kl_coef: float = Field(0.0, ge=0.0, le=100.0, description="weight of the KL penalty to the "
+                           "reference policy (a frozen copy of the initial one) in the loss; "
+                           "0: off (train/kl_ref is logged whenever a reference is kept)")
+    kl_kind: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="the per-step KL estimator (shared.losses.kl_penalty; k3 as verl's "
+                          "low_var_kl and TRL's GRPO)")
 
 
 def reference_policy(policy: Policy) -> Policy:
@@ -177,9 +185,9 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
     critic = policy.critic is not None
     trees = settings.tree_sampler(slots.advantage)
     # the reference policy: a frozen copy of the policy as training begins, only for a method
-    # that reads ref_log_probs (the others cost nothing)
-    reference = (reference_policy(policy) if "ref_log_probs" in slots.advantage_inputs
-                 else None)
+    # that reads ref_log_probs or a KL penalty to it (the others cost nothing)
+    reference = (reference_policy(policy)
+                 if "ref_log_probs" in slots.advantage_inputs or settings.kl_coef > 0 else None)
     judge = make_judge if {"rubric", "rubric_weights"} & slots.advantage_inputs else None
     if trees is not None and judge is not None:
         raise ValueError("sampling: tree cannot carry the rubric judge's memory of an episode "
@@ -219,7 +227,7 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
                 device=device, make_env=make_env)
             batch = replace(batch, mc_values=mc_values)
             env_steps += continued
-        if reference is not None:
+        if "ref_log_probs" in slots.advantage_inputs:
             batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, episodes))
         batch = with_step_inputs(batch, slots.advantage_inputs, policy, episodes, make_env,
                                  [train_layouts[i] for i in chosen], max_steps=max_steps,
@@ -231,7 +239,8 @@ def train(train_layouts: Sequence[Instance], eval_layouts: Sequence[Instance], p
         learned = (episodes, advantages, returns if critic else None)
         if trees is not None and settings.tree_shared_steps == "once":
             learned = once_per_node(*learned)
-        stats = _update(policy, slots, *learned, coefficient, settings, update, success, order)
+        stats = _update(policy, slots, *learned, coefficient, settings, update, success, order,
+                        reference)
         seconds += time.perf_counter() - started
         update += 1
         valid = episodes.mask != 0
@@ -288,12 +297,16 @@ def _reshape(samples: int, m: int, g: int, axis: str) -> tuple[int, int]:
 
 def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
             returns: torch.Tensor | None, coefficient: float, settings: AgentSettings,
-            update: int, success: float, order: torch.Generator) -> dict[str, float]:
+            update: int, success: float, order: torch.Generator,
+            reference: Policy | None = None) -> dict[str, float]:
     """``epochs`` x ``minibatches`` clipped policy-gradient steps over the played steps (with
-    ``returns``: the value head regressed on them too)."""
+    ``returns``: the value head regressed on them too; with a ``reference``, the KL penalty
+    ``kl_coef`` * mean_t kl(log pi(a_t|s_t), log pi_ref(a_t|s_t)) added and ``train/kl_ref``
+    logged)."""
     valid = episodes.mask != 0
     obs, actions = episodes.obs[valid], episodes.actions[valid]
     old = episodes.log_probs[valid]
+    ref = None if reference is None else ref_log_probs_of(reference, episodes)[valid]
     adv = advantages[valid].to(old.dtype)
     targets = None if returns is None else returns[valid].to(old.dtype)
     per_step: list[dict[str, float]] = []
@@ -302,7 +315,8 @@ def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
                                 device=adv.device):
         def loss(idx=idx):
             value, parts = _loss(policy, obs[idx], actions[idx], old[idx], adv[idx],
-                                 coefficient, slots.entropy, settings.clip)
+                                 coefficient, slots.entropy, settings,
+                                 None if ref is None else ref[idx])
             if targets is not None:
                 value_loss = 0.5 * ((policy.value(obs[idx]) - targets[idx]) ** 2).mean()
                 value = value + settings.value_coef * value_loss
@@ -316,7 +330,9 @@ def _update(policy: Policy, slots, episodes: Episodes, advantages: torch.Tensor,
     return mean_over_steps(per_step)
 
 
-def _loss(policy, obs, actions, old, adv, coefficient, entropy_slot, clip):
+def _loss(policy, obs, actions, old, adv, coefficient, entropy_slot,
+          settings: AgentSettings, ref=None):
+    clip = settings.clip
     log_probs, entropy = policy.evaluate(obs, actions)
     row = (-1, 1)  # the loss and the hook see (B, T) tensors: one row per step, T = 1
     adjusted = entropy_slot.adjust_policy_loss(
@@ -333,4 +349,9 @@ def _loss(policy, obs, actions, old, adv, coefficient, entropy_slot, clip):
                  **{f"train/{k}": pg_stats[k] for k in ("approx_kl", "clip_frac_low",
                                                         "clip_frac_high", "clip_frac")},
                  **adjusted.metrics}
+    if ref is not None:  # tracked whenever a reference is kept, in the loss when kl_coef > 0
+        kl = kl_penalty(log_probs, ref, settings.kl_kind).mean()
+        if settings.kl_coef > 0:
+            loss = loss + settings.kl_coef * kl
+        parts["train/kl_ref"] = float(kl.detach())
     return loss, parts

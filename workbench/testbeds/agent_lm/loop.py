@@ -7,7 +7,9 @@ For an advantage method that reads ``ref_log_probs`` (``implicit_prm``) the loop
 copy of the model as training began (``reference_model``: no gradients, evaluation mode; made
 only for such a method) and gives each played turn the sum of its action tokens'
 log-probabilities under it, at the sampling temperature (``ref_log_probs_of``): the turn is the
-loop's step, as for ``old_log_probs``, so at the first update the two are equal."""
+loop's step, as for ``old_log_probs``, so at the first update the two are equal. With
+``kl_coef`` > 0 the copy is kept for any method and the loss adds ``kl_coef`` times the token
+mean of ``shared.losses.kl_penalty`` to it (``train/kl_ref``)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from workbench.testbeds.agent_lm.settings import TurnSettings
 from workbench.testbeds.rlvr.backend_factory import make_backend
 from workbench.testbeds.rlvr.loop import response_log_probs
 from workbench.testbeds.shared.advantage_batch import episode_batch
-from workbench.testbeds.shared.losses import aggregate, ppo_clip_loss
+from workbench.testbeds.shared.losses import aggregate, kl_penalty, ppo_clip_loss
 
 if TYPE_CHECKING:
     from workbench.common.budget import Budget, LogFn
@@ -65,8 +67,8 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
                          "reads values")
     # the reference: a frozen copy of the model as training begins, only for a method that
     # reads ref_log_probs (the others cost nothing)
-    reference = (reference_model(model) if "ref_log_probs" in slots.advantage_inputs
-                 else None)
+    reference = (reference_model(model)
+                 if "ref_log_probs" in slots.advantage_inputs or settings.kl_coef > 0 else None)
     metrics = evaluate(evaluation, model, tokenizer, backend, settings, seed)
     log(0, {**metrics, "cost/env_steps": 0.0, "cost/samples": 0.0, "time/wall_seconds": 0.0})
     env_steps, tokens, seconds, update, diverged = 0, 0, 0.0, 0, False
@@ -96,7 +98,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
                 max_steps=max_steps, device=device, make_env=make_env)
         env_steps += played
         batch = episode_batch(turns, group_ids)
-        if reference is not None:
+        if "ref_log_probs" in slots.advantage_inputs:
             batch = replace(batch, ref_log_probs=ref_log_probs_of(reference, turns,
                                                                   settings.temperature))
         advantages, returns = compute_advantages(slots.advantage, batch,
@@ -107,7 +109,7 @@ def train(model, tokenizer, value_head: torch.nn.Module | None,
         success = float(turns.success.float().mean())
         stats = _update(model, value_head, slots, turns, advantages,
                         returns if value_head is not None else None, coefficient, settings,
-                        update, success, order)
+                        update, success, order, reference)
         tokens += int(turns.tokens.attention_mask.sum()) * settings.epochs
         seconds += time.perf_counter() - started
         update += 1
@@ -165,11 +167,10 @@ def reference_model(model):
     return reference
 
 
-def ref_log_probs_of(reference, turns: Turns, temperature: float,
-                     chunk: int = 256) -> torch.Tensor:
-    """(B, T) ``ref_log_probs``: each played turn's action tokens' log-probabilities under
-    ``reference`` at ``temperature``, summed over the turn's tokens (as ``turns.log_probs``
-    are), 0 where the row had ended; the turns scored ``chunk`` at a time."""
+def ref_token_log_probs(reference, turns: Turns, temperature: float,
+                        chunk: int = 256) -> torch.Tensor:
+    """(N, R): each played turn's action tokens' log-probabilities under ``reference`` at
+    ``temperature`` (0 off the response mask), the turns scored ``chunk`` at a time."""
     tokens = turns.tokens
     parts = []
     with torch.no_grad():
@@ -177,8 +178,17 @@ def ref_log_probs_of(reference, turns: Turns, temperature: float,
             rows = torch.arange(start, min(start + chunk, len(tokens.response_mask)),
                                 device=tokens.input_ids.device)
             log_probs, _, _ = response_log_probs(reference, tokens, temperature, rows=rows)
-            parts.append(log_probs.sum(dim=1))
-    summed = torch.cat(parts).to(turns.mask.dtype)
+            parts.append(log_probs * tokens.response_mask[rows])
+    return torch.cat(parts)
+
+
+def ref_log_probs_of(reference, turns: Turns, temperature: float,
+                     chunk: int = 256) -> torch.Tensor:
+    """(B, T) ``ref_log_probs``: each played turn's action tokens' log-probabilities under
+    ``reference`` at ``temperature``, summed over the turn's tokens (as ``turns.log_probs``
+    are), 0 where the row had ended."""
+    summed = ref_token_log_probs(reference, turns, temperature, chunk).sum(dim=1) \
+        .to(turns.mask.dtype)
     played = turns.index >= 0
     out = torch.zeros_like(turns.mask)
     out[played] = summed[turns.index[played]]
@@ -193,10 +203,15 @@ def token_advantages(turns: Turns, advantages: torch.Tensor) -> torch.Tensor:
 
 def _update(model, value_head, slots, turns: Turns, advantages: torch.Tensor,
             returns: torch.Tensor | None, coefficient: float, settings: TurnSettings,
-            update: int, success: float, order: torch.Generator) -> dict[str, float]:
+            update: int, success: float, order: torch.Generator,
+            reference=None) -> dict[str, float]:
     """``epochs`` x ``minibatches`` clipped policy-gradient steps over the update's turns
-    (with ``returns``: the value head regressed on them too)."""
+    (with ``returns``: the value head regressed on them too; with a ``reference``, the KL
+    penalty ``kl_coef`` * token-mean kl(log pi, log pi_ref) added and ``train/kl_ref``
+    logged)."""
     tokens, old = turns.tokens, turns.token_log_probs
+    ref = (None if reference is None
+           else ref_token_log_probs(reference, turns, settings.temperature))
     adv = token_advantages(turns, advantages)
     targets = None if returns is None else turns.per_turn(returns.to(old.dtype))
     params = [p for group in slots.optimizer.param_groups for p in group["params"]]
@@ -224,6 +239,12 @@ def _update(model, value_head, slots, turns: Turns, advantages: torch.Tensor,
                      **{f"train/{k}": float(pg_stats[k]) for k in (
                          "approx_kl", "clip_frac_low", "clip_frac_high", "clip_frac")},
                      **adjusted.metrics}
+            if ref is not None:  # tracked whenever a reference is kept, in the loss if kl_coef
+                kl = aggregate(kl_penalty(log_probs, ref[idx], settings.kl_kind), mask,
+                               "token-mean")
+                if settings.kl_coef > 0:
+                    value = value + settings.kl_coef * kl
+                parts["train/kl_ref"] = float(kl.detach())
             if targets is not None:
                 value_loss = 0.5 * ((values[:, 0] - targets[idx]) ** 2).mean()
                 value = value + settings.value_coef * value_loss

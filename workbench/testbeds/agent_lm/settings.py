@@ -3,6 +3,8 @@ checking a spec never pays for it)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from workbench.testbeds.agent.sampling import TreeSampling
@@ -34,3 +36,8 @@ class TurnSettings(TreeSampling, Settings):
                                      "a turn whose text names no action (a no-op)")
     eval_every: int = Field(10, ge=1, le=1_000_000, description="updates between held-out "
                                                                  "evaluations")
+    kl_coef: float = Field(0.0, ge=0.0, le=100.0, description="weight of the KL penalty to the "
+                           "reference model (a frozen copy of the initial one) in the loss; "
+                           "0: off (train/kl_ref is logged whenever a reference is kept)")
+    kl_kind: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="the per-token KL estimator (shared.losses.kl_penalty)")
