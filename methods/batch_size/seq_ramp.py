@@ -10,8 +10,9 @@ run's sample budget n_samples when it is 0), the stage after c consumed samples 
 
 evaluated before each step on what has been consumed so far. The starts are evenly spaced
 from ``first_start`` to ``last_start``: f_j = first + (j - 1) (last - first) / (K - 1)
-(f_1 = the nonzero one when K = 1); both 0 (the defaults) cut the budget into K + 1 equal shares,
-f_j = j / (K + 1). The sizes of stage k (``sizing``):
+(f_1 = the nonzero one when K = 1; the two are taken in order, so a ``last_start`` below
+``first_start`` swaps them rather than failing a tuned trial); both 0 (the defaults) cut the
+budget into K + 1 equal shares, f_j = j / (K + 1). The sizes of stage k (``sizing``):
 
 - ``doubling`` (default): both double at each start,
       b_k = min(B, round(b_0 2^k)),   S_k = min(S, round(S_0 2^k)),
@@ -99,8 +100,7 @@ class SeqRamp(BatchSizeMethod):
             return [j / (k + 1) for j in range(1, k + 1)]
         if k == 1:
             return [first or last]
-        if last < first:
-            raise ValueError(f"last_start ({last}) is below first_start ({first})")
+        first, last = sorted((first, last))
         return [first + j * (last - first) / (k - 1) for j in range(k)]
 
     def start(self, info):
