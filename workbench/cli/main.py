@@ -23,9 +23,9 @@ from workbench.cli.usage import EXIT_BAD_INPUT, EXIT_SHORT, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own exit 2, with our wording
-        self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+    def error(self, message: str):  # argparse's own exit 2, in one line with our wording
+        print(f"error: {message} (`{self.prog} --help` lists what is allowed)",
+              file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
 
@@ -39,10 +39,22 @@ def _server_parser(sub, name: str, help: str, port: int, func) -> None:
     p = sub.add_parser(name, help=help)
     p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
     p.add_argument("--storage")
-    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--port", type=_port, default=port, help=f"1-65535 (default {port})")
     p.add_argument("--host", default="127.0.0.1",
-                   help="interface to listen on (default 127.0.0.1: this machine only)")
+                   help="interface to listen on (default 127.0.0.1: this machine only; "
+                        "another needs --expose)")
+    p.add_argument("--expose", action="store_true",
+                   help="mean it: listen on a --host beyond this machine")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests addressed to NAME (Host header; repeatable): "
+                        "others are refused, against DNS rebinding")
     p.set_defaults(func=func)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: 1-65535")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="put NAME/results and NAME/work (the store, the full "
                                  "reports) here instead")
     p.add_argument("--list", action="store_true", help="list the reproductions and claims")
+    p.add_argument("--status", action="store_true",
+                   help="say of each reproduction's committed results whether they are "
+                        "current, stale (and what changed since) or missing; runs nothing")
     p.set_defaults(func=cmd_reproduce)
     return parser
 

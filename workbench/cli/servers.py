@@ -1,6 +1,8 @@
 """`workbench ui` and `dashboard`: MLflow's UI and Optuna's dashboard served on a sweep's
 store, supervised (the password kept out of the command line, the session stopped
-whole on Ctrl-C), with the sweep's saved views printed as links."""
+whole on Ctrl-C), with the sweep's saved views printed as links. Each answers only requests
+addressed to this machine or to a name allowed (``host_guard``), and listens beyond this
+machine only with --expose."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from workbench.cli.usage import reachable, redact
+from workbench.cli.host_guard import allowed_hosts, is_loopback
+from workbench.cli.usage import UsageError, reachable, redact
 
 
 def cmd_ui(args) -> int:
+    hosts = _bind(args)
     sweep, store = _served_store(args)
-    base = f"http://{args.host}:{args.port}"
+    base = f"http://{_bracketed(args.host)}:{args.port}"
     print(f"MLflow UI on {redact(store.mlflow_url)}: {base}  (Ctrl-C stops it)", flush=True)
     if sweep is not None:
         print_views(store, sweep, base)
@@ -30,8 +34,9 @@ def cmd_ui(args) -> int:
     # folder, an object store, an artifact server's http:// URL), never from a folder of the
     # UI's own (a serving UI takes every proxy URL for one of its own)
     return _serve([mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
-                   "--port", str(args.port), "--workers", "1", "--no-serve-artifacts"],
-                  password, args.host, _artifact_servers(store))
+                   "--port", str(args.port), "--workers", "1", "--no-serve-artifacts",
+                   "--allowed-hosts", ",".join(hosts)],
+                  password, "the MLflow UI", _artifact_servers(store))
 
 
 def _artifact_servers(store) -> dict[str, str]:
@@ -48,8 +53,9 @@ def _artifact_servers(store) -> dict[str, str]:
 
 
 def cmd_dashboard(args) -> int:
+    _bind(args)
     sweep, store = _served_store(args)
-    base = f"http://{args.host}:{args.port}"
+    base = f"http://{_bracketed(args.host)}:{args.port}"
     print(f"Optuna dashboard on {redact(store.optuna_url)}: {base}  (Ctrl-C stops it)",
           flush=True)
     if sweep is not None:
@@ -62,10 +68,29 @@ def cmd_dashboard(args) -> int:
             print(f"  {sweep.title(plan)} ({plan.name}): {where}")
         sys.stdout.flush()
     storage, password = _password_apart(store.optuna_url)
-    dashboard = shutil.which("optuna-dashboard") or str(
-        Path(sys.executable).with_name("optuna-dashboard"))
-    return _serve([dashboard, storage, "--host", args.host, "--port", str(args.port)],
-                  password, args.host)
+    allowed = [a for name in args.allowed_host for a in ("--allowed-host", name)]
+    return _serve([sys.executable, "-m", "workbench.cli.dashboard_server", storage, "--host",
+                   args.host, "--port", str(args.port), *allowed], password,
+                  "Optuna's dashboard")
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _bind(args) -> list[str]:
+    """The Host headers the server will answer (``host_guard.allowed_hosts``). A bind beyond
+    this machine needs --expose (UsageError otherwise), and is said aloud."""
+    hosts = allowed_hosts(args.host, args.port, args.allowed_host)
+    if is_loopback(args.host):
+        return hosts
+    if not args.expose:
+        raise UsageError(f"--host {args.host} serves every run and study of the store to "
+                         "anyone who can reach this machine; add --expose to mean it")
+    print(f"warning: --expose: listening on {args.host} port {args.port}: anyone who can reach "
+          f"it can read and change every run and study; Host headers answered: "
+          f"{', '.join(hosts)} (--allowed-host NAME adds one)", file=sys.stderr)
+    return hosts
 
 
 def _served_store(args):
@@ -85,14 +110,12 @@ def _served_store(args):
     return sweep, store
 
 
-def _serve(command: list[str], password: str | None, host: str,
+def _serve(command: list[str], password: str | None, name: str,
            environment: dict[str, str] | None = None) -> int:
-    """Run a web server (MLflow's UI, Optuna's dashboard) until it ends, Ctrl-C or SIGTERM:
-    in a session of its own, stopped whole (its workers too) whenever this process stops. The
-    database password goes in PGPASSWORD: every local user can read a command line."""
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: listening on {host}: anyone who can reach it can read and change "
-              "every run", file=sys.stderr)
+    """Run a web server (MLflow's UI, Optuna's dashboard) in a session of its own until
+    Ctrl-C or SIGTERM (then stop the session whole, its workers too, and exit at once: 0,
+    128 + the signal) or until it ends on its own (exit 1, with one line). The database
+    password goes in PGPASSWORD: every local user can read a command line."""
     env = {**os.environ, **(environment or {})}
     if password is not None:
         env["PGPASSWORD"] = password
@@ -103,11 +126,17 @@ def _serve(command: list[str], password: str | None, host: str,
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        return server.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
+        code = server.wait()
+    except (KeyboardInterrupt, SystemExit) as stopped:
         _stop_session(server)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # now: unloading the 2,000 modules MLflow brings would take seconds more
+        os._exit(getattr(stopped, "code", 0))
+    _stop_session(server)  # what the server left of its session
+    print(f"error: {name} stopped on its own (exit code {code}); see its output above",
+          file=sys.stderr)
+    return 1
 
 
 def print_views(store, sweep, base: str) -> None:
@@ -147,22 +176,20 @@ def _reported_methods(store, sweep) -> list:
         return []
 
 
-def _stop_session(process: subprocess.Popen, grace: float = 10.0) -> None:
+def _stop_session(process: subprocess.Popen, grace: float = 1.0) -> None:
     """SIGTERM to every process of ``process``'s session (it leads it), SIGKILL to what is
-    left after ``grace`` seconds."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            return
+    left after ``grace`` seconds (a web UI has nothing to finish that a second won't)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            process.poll()
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+            process.poll()  # reap the leader, or it lingers as a zombie of the group
+            os.killpg(process.pid, 0)  # ProcessLookupError once every member has exited
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def _password_apart(url: str) -> tuple[str, str | None]:
