@@ -342,9 +342,7 @@ def test_random_arguments_are_accepted_or_rejected_clearly_and_nothing_is_writte
         event(f"{argv[0]} exit {code}")
         assert files_under(here) == before
         assert "Traceback" not in err
-        if argv[0] == "report" and code == 1:
-            assert err.startswith("error: no store at "), err
-        elif code != 0:
+        if code != 0:  # `report` of a store or sweep that is not there too (it exited 1)
             assert_clear_rejection(code, err)
         elif argv[0] == "run" and not {"-h", "--help"} & set(argv):
             assert "train/loss" in out, out

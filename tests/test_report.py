@@ -188,7 +188,7 @@ def test_a_report_spec_draws_several_sweeps(swept, tmp_path):
 def test_report_of_a_missing_store_says_so(tmp_path, write_spec):
     path = write_spec(tiny_spec(storage=f"sqlite:///{tmp_path / 'none.db'}"))
     result = run_cli("report", path, cwd=tmp_path)
-    assert result.returncode == 1 and "no store at" in result.stderr
+    assert result.returncode == 2 and "no store at" in result.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "x", "sweeps": ["nope.yaml"]}))
     result = run_cli("report", bad, cwd=tmp_path)
@@ -271,7 +271,7 @@ def test_a_sweep_is_reported_by_its_name_from_the_store(forgotten):
     assert result.returncode == 0, result.stderr
     assert "| polyak |" in (out / "table_gone.md").read_text()
     result = run_cli("report", "--sweep", "nothing", "--storage", store, cwd=folder)
-    assert result.returncode == 1 and "no runs of sweep 'nothing'" in result.stderr
+    assert result.returncode == 2 and "no runs of sweep 'nothing'" in result.stderr
     result = run_cli("report", "--sweep", "../x", "--storage", store, cwd=folder)
     assert result.returncode == 2 and "not a sweep name" in result.stderr
 

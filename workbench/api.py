@@ -12,7 +12,7 @@ another sweep brings its runs from that sweep's experiment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -20,6 +20,8 @@ from workbench.store import results, runs, selection
 from workbench.store.database import Store
 
 KINDS = (runs.SEED, runs.EVALUATION)  # the runs that train: tuning seeds, held-out seeds
+ALL_KINDS = (runs.STUDY, runs.TRIAL, runs.SEED, runs.EVALUATION)
+STORAGE_FORMS = "sqlite:///FILE, postgresql://USER@HOST/DB, or None for the default store"
 COLUMNS = ["run_id", "kind", "method", "study", "fingerprint", "trial", "seed", "status",
            "best", "start_time", "end_time"]
 
@@ -30,8 +32,40 @@ def load_runs(sweep: str, storage: str | None = None, *, kinds: Sequence[str] = 
     evaluation runs by default; ``trial`` and ``study`` runs too if asked): ``COLUMNS``
     (``best``: the run belongs to its study's best trial among the trials the sweep counts),
     then each param as ``params.NAME`` (strings, as MLflow stores them), each tag as
-    ``tags.NAME`` and each metric's final value as ``metrics.NAME``."""
+    ``tags.NAME`` and each metric's final value as ``metrics.NAME``.
+
+    Bad arguments raise ValueError naming the argument and what it allows; a store or sweep
+    that is not there, LookupError."""
+    kinds = _checked(sweep, storage, kinds, include_superseded)
     return _load(sweep, storage, kinds, include_superseded)[2]
+
+
+def _checked(sweep, storage, kinds, include_superseded) -> tuple[str, ...]:
+    """The arguments both functions share, checked before the store is opened; ``kinds`` as a
+    tuple."""
+    from workbench.common.validation import shorten
+
+    if not isinstance(sweep, str) or not sweep:
+        raise ValueError(f"sweep: a sweep's name (a string, e.g. 'quickstart'), not "
+                         f"{shorten(sweep)}")
+    if storage is not None and not isinstance(storage, str):
+        raise ValueError(f"storage: {shorten(storage)} ({type(storage).__name__}) is not "
+                         f"a store URL; allowed: {STORAGE_FORMS}")
+    allowed = f"allowed: {', '.join(ALL_KINDS)} (default: {', '.join(KINDS)})"
+    if isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable):
+        example = [kinds] if kinds in ALL_KINDS else list(KINDS)
+        raise ValueError(f"kinds: a list of run kinds, e.g. {example!r}, not "
+                         f"{shorten(kinds)}; {allowed}")
+    kinds = tuple(kinds)
+    if not kinds:
+        raise ValueError(f"kinds: name at least one run kind; {allowed}")
+    for kind in kinds:
+        if kind not in ALL_KINDS:
+            raise ValueError(f"kinds: {shorten(kind)} is not a run kind; {allowed}")
+    if not isinstance(include_superseded, bool):
+        raise ValueError(f"include_superseded: True or False, not "
+                         f"{shorten(include_superseded)}")
+    return kinds
 
 
 def _load(sweep: str, storage: str | None, kinds: Sequence[str], include_superseded: bool
@@ -68,14 +102,42 @@ def load_metrics(sweep: str, keys: Sequence[str], storage: str | None = None, *,
                  kinds: Sequence[str] = KINDS, include_superseded: bool = False
                  ) -> pd.DataFrame:
     """Every logged point of the metrics ``keys`` of the sweep's runs (as ``load_runs``
-    chooses them), long: run_id, method, trial, seed, kind, best, key, step, value."""
+    chooses them), long: run_id, method, trial, seed, kind, best, key, step, value.
+
+    Bad arguments raise ValueError as ``load_runs``'s do. A key that none of those runs logged
+    and that is no name of the metric vocabulary (``workbench.common.metrics``: a typo, or a
+    metric of other kinds of run, e.g. a trial run's ``objective``) raises LookupError naming
+    the metrics they did log; a vocabulary name they did not log has no rows (a sweep whose
+    methods do not log it: several sweeps are often asked for the same curves), and so has
+    every key while the sweep has no such runs yet."""
+    from workbench.common import metrics
+    from workbench.common.validation import shorten
+
+    kinds = _checked(sweep, storage, kinds, include_superseded)
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        example = [keys] if isinstance(keys, str) else ["train/loss"]
+        raise ValueError(f"keys: a list of metric names, e.g. {example!r}, not "
+                         f"{shorten(keys)}")
+    keys = list(keys)
+    bad = [k for k in keys if not isinstance(k, str) or not k]
+    if not keys or bad:
+        raise ValueError("keys: a non-empty list of metric names (strings, e.g. 'train/loss')"
+                         + (f"; {shorten(bad[0])} is not one" if bad else ""))
     store, experiments, index = _load(sweep, storage, kinds, include_superseded)
-    history = results.metric_history(store, experiments, list(keys))
+    history = results.metric_history(store, experiments, keys)
     history["run_id"] = history["run_id"].astype(str)
     history["key"] = history["key"].astype(str)
     columns = ["run_id", "method", "trial", "seed", "kind", "best"]
-    return index[columns].merge(history, on="run_id").sort_values(
-        ["method", "trial", "seed", "key", "step"], ignore_index=True)
+    out = index[columns].merge(history, on="run_id")
+    found = set(out["key"])
+    unknown = [k for k in dict.fromkeys(keys) if k not in found and not metrics.is_known(k)]
+    if unknown and not index.empty:
+        logged = sorted(c.removeprefix("metrics.") for c in index.columns
+                        if c.startswith("metrics.") and index[c].notna().any())
+        raise LookupError(f"keys: no {' or '.join(kinds)} run of sweep {sweep!r} logged "
+                          f"{', '.join(map(repr, unknown))} (nor is it a name of the metric "
+                          f"vocabulary); logged: {', '.join(logged) or 'nothing'}")
+    return out.sort_values(["method", "trial", "seed", "key", "step"], ignore_index=True)
 
 
 def _storage(storage: str | None) -> str:
