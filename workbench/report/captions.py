@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from workbench.report.data import MethodData, SweepData, held_out_seeds
 from workbench.stats import aggregates as stats
+from workbench.stats.claims import EdgeTrend
 
 DAGGER, STALE = "†", "‡"
 
@@ -99,3 +100,19 @@ def marks(methods: Iterable[MethodData]) -> str:
         parts.append("superseded studies, shown on request: " + "; ".join(
             f"{m.label}: {m.superseded}" for m in superseded))
     return ". ".join(parts)
+
+
+def edge_advice(edge: str, trend: EdgeTrend | None, hyperparameter: str) -> str:
+    """What a best value at the ``edge`` end of its search range means: ``widen it``, or, where
+    the objective still improves toward that end (``data.edge_trend``), that trend: the range
+    holds no interior optimum, and a wider one moves the best to its new end."""
+    if trend is None or not trend.improving:
+        return f"best at the range's {edge} end: widen it"
+    if trend.form == "power":
+        rate = f"objective ~ {hyperparameter}^{trend.slope:.2g}"
+    else:
+        unit = "decade" if trend.form == "per_decade" else "unit"
+        rate = f"objective {trend.slope:+.2g} per {unit} of {hyperparameter}"
+    return (f"best at the range's {edge} end, still improving:\n{rate} over "
+            f"{trend.lowest:.3g}-{trend.highest:.3g}\n({trend.n} trials nearest it, one-sided "
+            f"Spearman p={trend.p:.2g}):\nno interior optimum found in range")

@@ -1,6 +1,7 @@
-"""The figures a claim needs, as the report's options ask for them: ``rates`` (a power-law
-slope per seed with an interval over seeds), ``target`` (x to a target, with censoring) and
-``split`` (a metric split by a condition). Each saves its numbers beside its figure."""
+"""The figures a claim needs, as the report's options ask for them: ``rates`` (a power law,
+or another curve of one metric against another, fitted per seed with an interval over seeds),
+``target`` (x to a target, with censoring) and ``split`` (a metric split by a condition). Each
+saves its numbers beside its figure."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, LogLocator, MaxNLocator, NullFormatter
 
 from workbench.report import captions, figure_data, folder
-from workbench.report.data import SweepData, range_edge
+from workbench.report.data import SweepData, edge_trend, range_edge
 from workbench.stats import aggregates as stats
 from workbench.store.study_record import ReportOptions
 
@@ -322,10 +322,11 @@ def draw_sensitivity(numbers: figure_data.Numbers, d: SweepData,
         if len(x_pruned):  # no objective: a tick on the bottom edge where each was tried
             ax.scatter(x_pruned, np.full(len(x_pruned), 0.03), marker="x", s=22,
                        color="0.45", transform=ax.get_xaxis_transform(), clip_on=False)
-        title = f"{m.label}: {name.split('.', 1)[-1]}"
+        short = name.split('.', 1)[-1]
+        title = f"{m.label}: {short}"
         edge = _best_edge(params, m, name, dist)
         if edge:
-            title += f"\nbest at the range's {edge} end: widen it"
+            title += "\n" + captions.edge_advice(edge, edge_trend(d, m, name), short)
         ax.set_title(title, fontsize=9, color="firebrick" if edge else "black")
         ax.set_ylabel(d.metric, fontsize=8)
         if d.direction == "minimize":

@@ -23,10 +23,13 @@ from workbench.report.data import (
     EDGE_FRACTION,
     MethodData,
     SweepData,
+    edge_trend,
     range_edge,
     steps_to_target,
 )
 from workbench.stats import aggregates as stats
+from workbench.stats import claims as stats_claims
+from workbench.stats.claims import EdgeTrend
 from workbench.store import runs
 from workbench.store.study_record import ReportOptions
 
@@ -62,6 +65,13 @@ class ResultsTable:
             caption += (f" 'edge': the best value lies within {EDGE_FRACTION:.0%} of an end "
                         "of its search range (in the range's scale, log or linear): the range "
                         "may have decided the ranking; widen it and tune again.")
+        if any(IMPROVING_NOTE in row["best_params"] for row in rows):
+            caption += (f" '{IMPROVING_NOTE[1:-1]}': over the {stats_claims.EDGE_TRIALS} "
+                        "complete trials nearest that end the objective still improves "
+                        "toward it (one-sided exact Spearman test, p <= "
+                        f"{stats_claims.EDGE_ALPHA:g}): no interior optimum was found in the "
+                        "range, and a wider one may only move the best to its new end (the "
+                        "sensitivity figure gives the trend).")
         current = frame[[m.superseded is None for m in d.methods]]
         return cls(frame, _best_cells(current, d.direction), caption, options.confidence,
                    options.target is not None, used)
@@ -148,19 +158,23 @@ def _best_params(d: SweepData, m: MethodData) -> str:
     if m.best_run is None or not m.space:
         return "" if m.best_run is None else "(none tuned)"
     row = d.params[d.params["run_id"] == m.best_run]
-    return ", ".join(_best_value(k, row[k].iloc[0], m.space[k]) for k in m.space if k in row)
+    return ", ".join(_best_value(k, row[k].iloc[0], m.space[k], edge_trend(d, m, k))
+                     for k in m.space if k in row)
 
 
 EDGE_NOTE = "edge:"
+IMPROVING_NOTE = "(still improving)"
 
 
-def _best_value(name: str, value, dist) -> str:
-    """``lr=9.843``, flagged where it lies at an end of its search range (``range_edge``)."""
+def _best_value(name: str, value, dist, trend: EdgeTrend | None = None) -> str:
+    """``lr=9.843``, flagged where it lies at an end of its search range (``range_edge``),
+    and, where the objective still improves toward that end (``trend``), marked so."""
     text = f"{name.split('.', 1)[1]}={_fmt(value)}"
     edge = range_edge(value, dist)
     if not edge:
         return text
-    return f"{text} ({EDGE_NOTE} {edge} end of {_fmt(dist.low)}-{_fmt(dist.high)})"
+    text = f"{text} ({EDGE_NOTE} {edge} end of {_fmt(dist.low)}-{_fmt(dist.high)})"
+    return f"{text} {IMPROVING_NOTE}" if trend is not None and trend.improving else text
 
 
 def _best_cells(table: pd.DataFrame, direction: str) -> dict[str, int]:

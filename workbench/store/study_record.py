@@ -34,16 +34,25 @@ class TargetSpec(Strict):
 
 
 class RateSpec(Strict):
-    """A power-law rate to fit: ``metric`` ~ C ``x``^a over ``window`` of x (``rates`` figure)."""
+    """A curve to fit per seed (``rates`` figure): ``metric`` against ``x`` (``step``, a cost
+    axis, or any other metric, joined as of each step ``metric`` is logged at) over ``window``
+    of x, by ``model``: ``power`` ``metric`` ~ C ``x``^a (the default), ``exponential``
+    ``metric`` = -a exp(``x``) + b (Cui et al. 2025's R = -a e^H + b) or ``affine``
+    ``metric`` = a ``x`` + b."""
 
     metric: str
     x: str = "step"
     window: tuple[float, float]
+    model: Literal["power", "exponential", "affine"] = "power"  # stats.claims.FIT_MODELS
 
     @model_validator(mode="after")
     def _window_in_order(self) -> RateSpec:
-        if not 0 < self.window[0] < self.window[1]:
-            raise ValueError(f"window must be [low, high] with 0 < low < high, not "
+        low, high = self.window
+        if self.model == "power" and not 0 < low < high:
+            raise ValueError(f"window must be [low, high] with 0 < low < high (a power law is "
+                             f"fitted on log x), not {list(self.window)}")
+        if not low < high:
+            raise ValueError(f"window must be [low, high] with low < high, not "
                              f"{list(self.window)}")
         return self
 
@@ -68,7 +77,7 @@ class ReportOptions(Strict):
     aggregate: Literal["mean", "iqm", "median"] = "iqm"
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     resamples: int = Field(2000, ge=100, le=100_000)
-    rates: list[RateSpec] = []  # power-law slopes per seed, with an interval over seeds
+    rates: list[RateSpec] = []  # a curve fitted per seed, its parameters' interval over seeds
     log_axes: dict[str, list[Literal["x", "y"]]] = {}  # learning-curve metric -> log axes
     split: list[SplitSpec] = []  # a metric's curves split by a condition
 
