@@ -131,6 +131,13 @@ class Method:
         """What the task must provide for these resolved hyperparameters."""
         return frozenset(cls.requires)
 
+    @classmethod
+    def inert(cls, params: dict[str, Any], task_params: Any) -> str | None:
+        """Why the method, with these resolved hyperparameters, would change nothing under the
+        task's settings ``task_params`` (a spec naming it there is refused with the reason);
+        None when it acts (the default)."""
+        return None
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}({args})"

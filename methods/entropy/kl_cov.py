@@ -68,6 +68,18 @@ class KLCov(EntropyMethod):
         "volcengine/verl verl/trainer/ppo/core_algos.py compute_policy_loss_kl_cov",
     )
     fidelity = "reference-checked"
+
+    @classmethod
+    def inert(cls, params, task_params):
+        """With one optimizer step per batch (epochs 1, minibatches 1) that step is on-policy:
+        logp_t = logp_old_t, the penalty |logp_t - logp_old_t| is 0 and so is its gradient
+        (up to the sign of a last-bit difference), so KL-Cov would be no entropy method."""
+        steps = getattr(task_params, "epochs", None), getattr(task_params, "minibatches", None)
+        if steps == (1, 1):
+            return ("with epochs: 1 and minibatches: 1 each update's only step is on-policy "
+                    "(logp = logp_old), so its penalty |logp - logp_old| is zero and it changes "
+                    "nothing; set task.params.epochs or minibatches above 1")
+        return None
     vectorised = False  # |logp - logp_old| at 0: see the module's docstring
 
     def coefficient(self, step, entropy):

@@ -28,12 +28,18 @@ from workbench.spec.plan import (
     with_varied,
 )
 from workbench.spec.schema import (
+    MLFLOW_RUN_NAME_CHARS,
     NAME_PATTERN,
+    OPTUNA_STUDY_NAME_CHARS,
+    RUN_NAME_SUFFIX_CHARS,
+    STUDY_LABEL_CHARS,
     AdaptiveSeeds,
     EvaluationSpec,
     MethodEntry,
     SweepSpec,
     TaskSpec,
+    artifact_root_problem,
+    store_text_problem,
 )
 from workbench.store.database import default_storage, normalise_storage
 from workbench.store.study_record import EvaluationPlan
@@ -68,6 +74,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     except SpecError as err:
         problems.append(err)
     variants = task_variants(source, task, spec.task, task_params, problems)
+    problems += _task_params_too_long(source, spec.task, variants)
 
     metric = spec.objective.metric or task.default_objective
     if metric not in task.metrics:
@@ -78,6 +85,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     asked = spec.report
     named = [(f"report.metrics[{i}]", curve) for i, curve in enumerate(asked.metrics or [])]
     named += [(f"report.rates[{i}].metric", r.metric) for i, r in enumerate(asked.rates)]
+    named += [(f"report.rates[{i}].x", r.x) for i, r in enumerate(asked.rates) if r.x != "step"]
     named += [(f"report.log_axes.{curve}", curve) for curve in asked.log_axes]
     named += [(f"report.split[{i}]", name) for i, s in enumerate(asked.split)
               for name in s.names()]
@@ -123,7 +131,8 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
     if not problems:
         said = set()
         for _, params in variants:
-            for found in _never_logged(source, task, params, metric, per_slot):
+            for found in [*_never_logged(source, task, params, metric, per_slot),
+                          *_inert(source, params, per_slot)]:
                 if str(found) not in said:
                     said.add(str(found))
                     problems.append(found)
@@ -148,6 +157,7 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
         by_fingerprint[digest] = label
         plan = StudyPlan(study_name(task.name, combo, digest), tuple(combo), spec.trials,
                          digest, document, vectorised, params, varied)
+        _fits_the_store(source, plan)
         if not plan.search_space() and spec.trials > 1:
             notes.append(f"{shown}: nothing to tune; running 1 trial")
             plan = replace(plan, n_trials=1)
@@ -159,10 +169,52 @@ def resolve(spec: SweepSpec, source: str, default_name: str = "sweep",
         studies.append(plan)
 
     url = storage if storage is not None else spec.storage
+    if storage is not None and not storage.strip():
+        raise SpecError("--storage", "", "empty; allowed: sqlite:///FILE or "
+                        "postgresql://USER@HOST/DB")
     url = normalise_storage(url, "--storage" if storage else source,
                             "" if storage else "storage") if url else default_storage()
+    if spec.artifact_root is not None:
+        why = artifact_root_problem(spec.artifact_root, name, not url.startswith("sqlite"))
+        if why is not None:
+            raise SpecError(source, "artifact_root", why)
     return Sweep(spec, name, source, task, task_params, seeds, metric, direction, studies,
                  url, notes, evaluation_plan(spec.evaluation, seeds))
+
+
+def _fits_the_store(source: str, plan: StudyPlan) -> None:
+    """A SpecError when the study's names do not fit MLflow's and Optuna's tables (see
+    ``workbench.spec.schema``): its label, which begins every run name and is a tag, and its
+    Optuna name."""
+    label = plan.label
+    if len(label) > STUDY_LABEL_CHARS:
+        methods = "+".join(m.label for m in plan.methods if not m.implicit)
+        where = "methods" if len(methods) > STUDY_LABEL_CHARS else "task.vary"
+        raise SpecError(source, where, f"the study {shorten(label, 80)} is labelled with "
+                        f"{len(label)} characters (its methods' labels joined by +, then each "
+                        f"varied task value); allowed: at most {STUDY_LABEL_CHARS} (a run's name "
+                        f"is the label and up to {RUN_NAME_SUFFIX_CHARS} more, and MLflow's "
+                        f"runs.name holds {MLFLOW_RUN_NAME_CHARS}): shorter labels or values")
+    if len(plan.name) > OPTUNA_STUDY_NAME_CHARS:
+        raise SpecError(source, "methods", f"the Optuna study name {shorten(plan.name, 80)} is "
+                        f"{len(plan.name)} characters; allowed: at most "
+                        f"{OPTUNA_STUDY_NAME_CHARS} (Optuna's studies.study_name): methods "
+                        "with shorter registered names")
+
+
+def _task_params_too_long(source: str, spec: TaskSpec, variants) -> list[SpecError]:
+    """A problem for each task parameter whose text does not fit a run's param."""
+    found, said = [], set()
+    for varied, params in variants:
+        if params is None:
+            continue
+        for key, value in params.model_dump().items():
+            why = store_text_problem(value)
+            where = f"task.vary.{key}" if key in dict(varied) else f"task.params.{key}"
+            if why is not None and where not in said:
+                said.add(where)
+                found.append(SpecError(source, where, why))
+    return found
 
 
 MAX_VARIED = 256  # combinations of ``task.vary`` values in one sweep
@@ -305,6 +357,19 @@ def evaluation_plan(spec: EvaluationSpec | None, tuning: list[int]) -> Evaluatio
                           step=spec.seeds.step or spec.seeds.min)
 
 
+def _inert(source, params, per_slot) -> list[SpecError]:
+    """A method that would change nothing under the task's settings (``Method.inert``), with
+    its fixed values and defaults: refused, with the reason."""
+    found = []
+    for choices in per_slot:
+        for i, m in enumerate(choices):
+            reason = m.cls.inert(m.cls.resolve(m.fixed), params)
+            if reason is not None:
+                found.append(SpecError(source, f"methods.{m.slot}[{i}]",
+                                       f"{m.cls.key()}: {reason}"))
+    return found
+
+
 def _resolve_slot(source, task, slot, entries, notes, problems) -> list[MethodChoice]:
     """The slot's methods; each entry's problems go to ``problems`` (and the entry is left
     out), so a spec's every mistake is reported at once."""
@@ -366,6 +431,9 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
         except HyperparameterError as err:
             raise SpecError(source, f"{where}.fixed.{key}",
                             f"{err}; allowed: {cls.hyperparameters[key].allowed()}") from None
+        why = store_text_problem(fixed[key])  # a run's param holds it
+        if why is not None:
+            raise SpecError(source, f"{where}.fixed.{key}", why)
     space = {}
     for key, hp in cls.hyperparameters.items():
         if key in fixed:
@@ -382,6 +450,10 @@ def _resolve_method(source, task, slot, where, entry: MethodEntry,
         except HyperparameterError as err:
             raise SpecError(source, f"{where}.search_space.{key}",
                             f"{err}; allowed: {hp.allowed()}") from None
+        for choice in getattr(dist, "choices", ()):  # the one drawn becomes a run's param
+            why = store_text_problem(choice)
+            if why is not None:
+                raise SpecError(source, f"{where}.search_space.{key}", f"a choice {why}")
         if dist is not None:
             space[key] = dist
     for key in entry.search_space:
