@@ -12,8 +12,9 @@ so with keep="minibatch_size" scaling N by k makes k times as many optimizer ste
 of the same size, and the total optimizer steps over a sample budget stay those of b_0;
 keep="minibatch_count" is variant (a), the loop's default (``constant`` does the same).
 
-Reference: Beukman, Khetarpal, Zheng, Dabney, Foerster, Dennis & Lyle, "Preventing PPO
-stagnation by scaling to 1M parallel environments", 2026 (abstract: scaling the number of
+Reference: Beukman, Khetarpal, Zheng, Dabney, Foerster, Dennis & Lyle, "Preventing Learning
+Stagnation in PPO by Scaling to 1 Million Parallel Environments", 2026, arXiv 2603.06009
+(abstract: scaling the number of
 parallel environments with a co-scaling recipe; the recipe keeps the inner-loop minibatch size
 and the learning rate fixed while the number of environments grows, per the summary in the
 workbench literature catalogue-000, batch-size family paragraph 5, which asks for both
@@ -44,8 +45,8 @@ class EnvScaling(BatchSizeMethod):
                                    "task's, b_0 / ppo.minibatches"),
     }
     reference = Reference(
-        "Beukman, Khetarpal, Zheng, Dabney, Foerster, Dennis & Lyle, Preventing PPO stagnation "
-        "by scaling to 1M parallel environments",
+        "Beukman, Khetarpal, Zheng, Dabney, Foerster, Dennis & Lyle, Preventing Learning "
+        "Stagnation in PPO by Scaling to 1 Million Parallel Environments (arXiv 2603.06009)",
         2026,
     )
     fidelity = "reconstructed"

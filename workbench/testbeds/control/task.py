@@ -72,10 +72,15 @@ class Control(Task):
 
     @classmethod
     def metric_bounds(cls, params):
-        """A return is >= 0 where every reward is (CartPole: +1 per step survived)."""
-        if params.env in NONNEGATIVE_REWARDS:
-            return {"train/return": (0.0, None), "train/return_recent": (0.0, None)}
-        return {}
+        """A return lies between the fewest and the most an episode can collect, where the
+        environment knows them: >= 0 where every reward is (CartPole: +1 per step survived),
+        <= its ``return_upper_bound`` (CartPole-v1: 500 steps; Pendulum, Acrobot: 0)."""
+        low = 0.0 if params.env in NONNEGATIVE_REWARDS else None
+        high = (TORCH_ENVS[params.env](1).return_upper_bound if params.env in TORCH_ENVS
+                else None)
+        if low is None and high is None:
+            return {}
+        return {"train/return": (low, high), "train/return_recent": (low, high)}
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
