@@ -42,15 +42,21 @@ def test_each_has_a_readme_with_command_cpu_time_and_verdict(name):
 
 
 @pytest.mark.parametrize("name", sorted(FOLDERS))
-def test_the_committed_results_meet_every_check_of_the_claim(name):
+def test_the_committed_results_give_the_recorded_checks_and_the_verdict_says_so(name):
+    """The checks evaluated again on the committed results give what ``checks.json`` records;
+    a claim whose checks do not all hold is not called reproduced (a verdict says what the
+    numbers say, "not reproduced" included)."""
     folder = FOLDERS[name]
     claim = claims.load(folder)
     outcomes = checks.evaluate(claim, folder / "results", sweep_names(folder, claim),
                                quick=False)
     assert len(outcomes) == len(claim.checks)
-    assert all(o.passed for o in outcomes), [o.detail for o in outcomes if not o.passed]
     recorded = json.loads((folder / "results" / "checks.json").read_text())
     assert [r["passed"] for r in recorded] == [o.passed for o in outcomes]
+    if not all(o.passed for o in outcomes):
+        verdict = (folder / "README.md").read_text().split("**Verdict", 1)[1][:80].lower()
+        assert not verdict.lstrip(": ").startswith("reproduced"), \
+            [o.detail for o in outcomes if not o.passed]
 
 
 def test_tyurin_matches_the_papers_table_number_for_number():
@@ -67,9 +73,14 @@ def test_the_quick_forms_show_each_claims_shape(tmp_path):
                            "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    committed = [n for n, f in FOLDERS.items() if (f / "results" / "quick").is_dir()]
+    # each quick form's numbers are the committed quick numbers (within the claim's stated
+    # quick_tolerance): a change that moves a finding fails here, in the commit that made it
+    assert done.stdout.count("gives the committed quick numbers") == len(committed), \
+        done.stdout
     for name in FOLDERS:
         outcomes = json.loads((tmp_path / name / "results" / "checks.json").read_text())
-        assert outcomes and all(o["passed"] for o in outcomes), outcomes
+        assert all(o["passed"] for o in outcomes), outcomes
         run = json.loads((tmp_path / name / "results" / "run.json").read_text())
         assert run["quick"] is True
         assert (tmp_path / name / "work" / "workbench.db").is_file()

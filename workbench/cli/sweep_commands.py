@@ -40,7 +40,7 @@ def cmd_sweep(args) -> int:
 
     if ray is None:
         resolve_device(args.device or sweep.spec.device)
-    reachable(sweep.storage)
+    reachable(sweep.storage, writing=True)
     for note in sweep.notes:
         print(f"note: {note}", file=sys.stderr)
     terminate_gracefully()
@@ -157,9 +157,8 @@ def cmd_report(args) -> int:
     try:
         written = report.build(refs, out, title=plan.name, options=plan.options,
                                say=lambda line: print(f"warning: {line}", file=sys.stderr))
-    except report.ReportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    except report.ReportError as err:  # no store, no such sweep, no runs: refused, exit 2
+        raise UsageError(str(err)) from None
     print(f"{len(written)} files in {out}; open {out / 'index.html'}")
     return 0
 
@@ -194,6 +193,8 @@ def cmd_reproduce(args) -> int:
             print(f"{name}: {' '.join(claim.reference.split())}")
             print(f"  {' '.join(claim.claim.split())}")
         return 0
+    if args.status:
+        return _reproduce_status(chosen)
     from workbench.reproduce import entry
 
     if args.out is not None and (not args.out.strip() or (Path(args.out).exists()
@@ -203,9 +204,13 @@ def cmd_reproduce(args) -> int:
     failed = 0
     for name, (folder, claim) in chosen.items():
         command = " ".join(["workbench reproduce", name, *(["--quick"] if args.quick else [])])
+        places = reproduce.places(name, args.quick, out)
+        say = lambda line: print(line, file=sys.stderr)  # noqa: E731
         try:
-            done = entry.run(name, folder, claim, reproduce.places(name, args.quick, out),
-                             args.quick, command, say=lambda line: print(line, file=sys.stderr))
+            done = entry.run(name, folder, claim, places, args.quick, command, say=say)
+            if not args.quick:  # the quick form's numbers from the same code, kept beside
+                quick = entry.run(name, folder, claim, reproduce.quick_places(places), True,
+                                  command + " (its quick form)", say=say)
         except RuntimeError as err:  # a sweep ended short: its studies say why
             print(f"error: {err}", file=sys.stderr)
             failed += 1
@@ -216,3 +221,49 @@ def cmd_reproduce(args) -> int:
         for outcome in done.outcomes:
             print(f"  {'ok  ' if outcome.passed else 'FAIL'} {outcome.says}: {outcome.detail}")
         failed += not done.passed
+        if args.quick:
+            failed += not _same_as_committed(name, folder, claim, done.results, out is None)
+        else:
+            print(f"  its quick form: {'holds' if quick.passed else 'DOES NOT HOLD'}; numbers "
+                  f"in {quick.results}")
+            failed += not quick.passed
+    return 1 if failed else 0
+
+
+def _same_as_committed(name: str, folder: Path, claim, results: Path, record: bool) -> bool:
+    """Compare a quick form's numbers with the committed ones (``results/quick``); print what
+    moved. Equal, and ``record``: ``results/quick/verified.json`` says on which code."""
+    from workbench.reproduce import numbers, provenance
+
+    committed = folder / "results" / provenance.QUICK
+    if not committed.is_dir():
+        print(f"  no committed quick numbers ({committed}): `workbench reproduce {name}` "
+              "makes them with the full results")
+        return True
+    moved = numbers.differences(committed, results, claim.quick_tolerance)
+    tolerance = claim.quick_tolerance
+    if moved:
+        print(f"  MOVED: the quick form's numbers differ from {committed} (rtol "
+              f"{tolerance.rtol:g}, atol {tolerance.atol:g}):")
+        for line in moved:
+            print(f"    {line}")
+        return False
+    print(f"  the quick form gives the committed quick numbers (rtol {tolerance.rtol:g}, "
+          f"atol {tolerance.atol:g})")
+    if record:
+        provenance.write_verified(committed, results)
+    return True
+
+
+def _reproduce_status(chosen: dict) -> int:
+    """``workbench reproduce --status``: each reproduction current, stale (what changed) or
+    missing."""
+    from workbench.reproduce import provenance
+
+    states = [provenance.status(name, folder, claim)
+              for name, (folder, claim) in chosen.items()]
+    for state in states:
+        print(state.line())
+    counts = {k: sum(s.state == k for s in states) for k in ("current", "stale", "missing")}
+    print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 0

@@ -3,7 +3,10 @@
 quick form shrinks, the checks on the shape of the effect) and a README with the verdict.
 
 ``plan`` checks every named claim before anything runs; ``entry.run`` runs one: its sweeps
-into a fresh store, their reports, the results kept and ``checks`` evaluated on them.
+into a fresh store, their reports, the results kept and ``checks`` evaluated on them; a full
+run also keeps its quick form's numbers in ``results/quick``. ``provenance`` says whether the
+committed results are still what the checkout gives; ``numbers`` compares a rerun quick form
+with the committed quick numbers.
 """
 
 from __future__ import annotations
@@ -38,3 +41,11 @@ def places(name: str, quick: bool, out: Path | None, root: Path = ROOT) -> Place
         return Places(out / name / "work", out / name / "results")
     base = root / OUT / (f"{name}-quick" if quick else name)
     return Places(base / "work", base / "results" if quick else root / name / "results")
+
+
+def quick_places(full: Places) -> Places:
+    """Where a full run's quick form works and keeps its numbers: ``WORK-quick`` beside the
+    full run's work folder and ``RESULTS/quick`` (``provenance.QUICK``)."""
+    from workbench.reproduce.provenance import QUICK
+
+    return Places(full.work.with_name(full.work.name + "-quick"), full.results / QUICK)

@@ -5,7 +5,8 @@ without running anything.
 The slope of a curve is ``workbench.stats.claims.loglog_slope``: the least-squares fit of
 log(value) = a + b log(step) over the check's window, on 50 log-spaced steps (so each decade
 weighs the same): b = -1 is an O(1/t) rate, b = -2 an O(1/t^2) one. The change of a curve is
-``linear_change``: the fitted line's rise over the check's window.
+``linear_change``: the fitted line's rise over the check's window; ``seeds: low/high`` takes
+that end of the 95% interval over the fits of each seed's curve (``stats.interval``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.reproduce.claim import OPS, Check, Claim, Ref
+from workbench.stats.aggregates import interval
 from workbench.stats.claims import linear_change, loglog_slope
 
 
@@ -62,16 +64,26 @@ class Results:
                 raise KeyError(f"{credit_file(ref.credit)} has no {ref.describe()}")
             return float(row[ref.column].iloc[0])
         if ref.column is not None:
-            table = pd.read_csv(self.folder / table_file(sweep)).set_index("method")
+            name = f"{ref.file}.csv" if ref.file else table_file(sweep)
+            table = pd.read_csv(self.folder / name)
+            if ref.file and "sweep" in table.columns and len(self.sweeps) > 1:
+                table = table[table["sweep"] == sweep]
+            table = table.set_index("method")
             if ref.method not in table.index or ref.column not in table.columns:
-                raise KeyError(f"{table_file(sweep)} has no {ref.describe()}")
+                raise KeyError(f"{name} has no {ref.describe()}")
             return float(table.loc[ref.method, ref.column])
         curve = pd.read_csv(self.folder / curve_file(sweep, ref.curve))
         if ref.method not in curve.columns:
             raise KeyError(f"{curve_file(sweep, ref.curve)} has no {ref.method}")
         fit = loglog_slope if ref.slope is not None else linear_change
-        return fit(curve["step"].to_numpy(float), curve[ref.method].to_numpy(float),
-                   *ref.window)
+        step = curve["step"].to_numpy(float)
+        if ref.seeds is None:
+            return fit(step, curve[ref.method].to_numpy(float), *ref.window)
+        prefix = f"{ref.method} seed "
+        per_seed = [fit(step, curve[c].to_numpy(float), *ref.window)
+                    for c in curve.columns if c.startswith(prefix)]
+        ci = interval(per_seed, "mean", 0.95)
+        return ci.low if ref.seeds == "low" else ci.high
 
 
 def evaluate(claim: Claim, folder: Path, sweeps: list[str], quick: bool) -> list[Outcome]:

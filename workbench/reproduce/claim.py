@@ -9,6 +9,9 @@ and the checks that decide whether the claim's shape holds, read from the result
     figures: [curves_train-loss_step.png]         # report figures kept in results/
     curves: [train/suboptimality]       # per-step IQM over the best trial's seeds -> CSV
     paper: {column: steps_to_target, values: {LABEL: 2, ...}}   # the paper's numbers
+    quick_tolerance: {rtol: 1e-9, atol: 1e-12, why: ...}  # a rerun quick form vs results/quick
+    fits: [{name: NAME, sweep: SWEEP, curve: train/loss, target: 0.46, direction: minimize,
+            model: batch_noise, x: {LABEL: 8, ...}}]     # workbench.reproduce.fits
     checks:
       - says: what must hold
         left: {method: LABEL, column: iqm}           # a column of the report's table
@@ -19,12 +22,19 @@ and the checks that decide whether the claim's shape holds, read from the result
 
 A reference names a method (its label in the sweep) and one of: a ``column`` of the report's
 results table (``table_SWEEP.csv``: ``iqm``, ``mean``, ``mean_high``, ``steps_to_target``, ...)
+or, with ``file``, a column of another CSV of the results folder (the row whose ``method`` is
+the label, e.g. ``rates_train-fw_gap_summary``: a fitted rate with its interval over seeds);
 or a ``slope``: the least-squares slope of log(value) against log(step) of that curve's CSV
 over ``window`` (steps), on 50 log-spaced steps; or a ``change``: the drift of that curve over
-``window``, the least-squares line's slope times the window's width (``linear_change``).
+``window``, the least-squares line's slope times the window's width (``linear_change``). A
+slope or change with ``seeds: low`` or ``high`` is that end of the 95% interval (Student-t
+on the mean) of the fits of each seed's curve.
 With ``credit: NAME`` (a credit spec's name) it names an estimator's row of that study's
 table (``credit_NAME.csv``) at group size ``G`` and ``N`` continuations, and a ``column`` of
-it (``spearman``, ``sign_agreement_low``, ...).
+it (``spearman``, ``sign_agreement_low``, ...). A fit (``fits``) writes ``fit_NAME.csv``, a
+row per parameter (``method``: ``S_min``, ``B_noise``, ...; columns ``estimate``, ``ci_low``,
+``ci_high``, ``n``), and ``fit_NAME_points.csv``, a row per arm (``method``: its label), which
+a check reads with ``file``.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from workbench.common.validation import SpecError, Strict, validate
+from workbench.reproduce import fits as claim_fits
 
 CLAIM_FILE = "claim.yaml"
 # a sweep's method label (spec.MethodEntry), or a combination of labels joined by "+"
@@ -55,6 +66,13 @@ class Ref(Strict):
                                                  "change over window")
     window: tuple[float, float] | None = Field(None, description="steps [low, high] of the "
                                                                  "slope's or change's fit")
+    seeds: Literal["low", "high"] | None = Field(
+        None, description="a slope's or change's 95% interval end over the seeds (each seed's "
+                          "fit, Student-t on the mean) instead of the fit of the IQM curve")
+    file: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.=+-]{0,200}$",
+                             description="a CSV of the results folder (without .csv, e.g. "
+                                         "rates_train-fw_gap_summary): its row of the method "
+                                         "and a column")
     credit: str | None = Field(None, description="a credit study's name: the row of its "
                                                   "table at G and N")
     G: int | None = Field(None, ge=1, description="credit: the group size of the row")
@@ -70,6 +88,10 @@ class Ref(Strict):
                              "[low, high] with 0 <= low < high")
         if self.slope is not None and self.window[0] == 0:
             raise ValueError("a slope needs window: [low, high] with 0 < low < high")
+        if self.seeds is not None and self.curve is None:
+            raise ValueError("seeds (an interval end over seeds) needs a slope or a change")
+        if self.file is not None and (self.column is None or self.credit is not None):
+            raise ValueError("a file reference needs a column (and no credit)")
         if (self.credit is not None) != (self.G is not None and self.N is not None) or \
                 (self.credit is not None and self.column is None):
             raise ValueError("a credit reference needs credit, G, N and a column (only)")
@@ -84,10 +106,12 @@ class Ref(Strict):
         if self.credit is not None:
             return f"{self.method}.{self.column} (credit {self.credit}, G={self.G}, N={self.N})"
         if self.column is not None:
-            return f"{self.method}.{self.column}"
+            where = f" ({self.file}.csv)" if self.file else ""
+            return f"{self.method}.{self.column}{where}"
         kind = "slope" if self.slope is not None else "change"
+        end = f" (95% interval's {self.seeds} end over seeds)" if self.seeds else ""
         return f"{kind} of {self.method}'s {self.curve} over steps {self.window[0]:g}-" \
-               f"{self.window[1]:g}"
+               f"{self.window[1]:g}{end}"
 
 
 class Check(Strict):
@@ -98,6 +122,17 @@ class Check(Strict):
     factor: float = Field(1.0, gt=0, description="right is multiplied by it")
     full_only: bool = Field(False, description="true: checked on the full-size results only "
                                                "(exact paper numbers)")
+
+
+class Tolerance(Strict):
+    """How far a rerun quick form's numbers may lie from the committed ones (``numpy.isclose``:
+    ``|new - old| <= atol + rtol * |old|``), and why."""
+
+    rtol: float = Field(1e-9, ge=0, description="relative tolerance")
+    atol: float = Field(1e-12, ge=0, description="absolute tolerance")
+    why: str = Field("float64 optimisation: another CPU rounds a few last bits differently "
+                     "(vector width, summation order), nothing more",
+                     description="why this tolerance: what may differ between machines")
 
 
 class PaperValues(Strict):
@@ -119,6 +154,12 @@ class Claim(Strict):
     curves: list[str] = Field(default_factory=list, description="metrics whose curves to keep")
     paper: PaperValues | None = None
     checks: list[Check] = Field(min_length=1)
+    quick_tolerance: Tolerance = Field(default_factory=Tolerance,
+                                       description="how close a rerun quick form must come "
+                                                   "to the committed quick numbers")
+    fits: list[claim_fits.Fit] = Field(default_factory=list,
+                                       description="models fitted to the kept curves "
+                                                   "(workbench.reproduce.fits)")
 
     @model_validator(mode="after")
     def _consistent(self) -> Claim:
@@ -143,6 +184,10 @@ def load(folder: Path) -> Claim:
         for name in getattr(claim, key):
             if not (folder / name).is_file():
                 raise SpecError(str(path), key, f"{name}: no such file in {folder}")
+    if claim.fits:  # what the fits name, against the curves and the sweeps' labels
+        found = claim_fits.problems(claim, folder)
+        if found:
+            raise SpecError(str(path), *found[0], more=found[1:])
     return claim
 
 

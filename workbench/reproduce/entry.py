@@ -8,17 +8,21 @@ table (``table_SWEEP.csv`` and ``.md``), the figures the claim names, a CSV per 
 (``curve_SWEEP_METRIC.csv``: per step, each method's IQM over its best trial's seeds, held-out
 seeds where the sweep ran them), the paper's numbers beside ours (``paper_vs_ours.csv`` and
 ``.md``) where it gives them, ``checks.json`` and ``run.json`` (the command, CPU and wall
-seconds, commit). For each credit spec of the claim (merged with its ``quick`` keys): the
-spec as run goes to ``WORK/NAME.yaml``, ``workbench credit`` writes into ``WORK/credit/``,
-and its table and figure are kept as ``credit_STUDY.csv``, ``.md`` and ``.png``.
+seconds, the machine's load while it ran, commit), ``provenance.json`` (what determined the
+results: ``workbench.reproduce.provenance``). For each credit spec of the claim (merged with
+its ``quick`` keys): the spec as run goes to ``WORK/NAME.yaml``, ``workbench credit`` writes
+into ``WORK/credit/``, and its table and figure are kept as ``credit_STUDY.csv``, ``.md`` and
+``.png``.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import resource
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ import pandas as pd
 import yaml
 
 from workbench.common.validation import SpecError
-from workbench.reproduce import checks
+from workbench.reproduce import checks, fits, provenance
 from workbench.reproduce.claim import Claim
 
 WORK_MARK = ".reproduce-work"  # a work folder this command made (and may clear)
@@ -140,15 +144,16 @@ def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, comm
     from workbench.engine.workers import quiet_libraries
     from workbench.spec import sweep as spec
 
-    started, cpu = time.perf_counter(), _cpu_seconds()
+    started, cpu, load = time.perf_counter(), _cpu_seconds(), LoadWatch()
     commit = _commit()  # before the results files it replaces count as changes
     prepare(places)
     paths = specs(claim, folder, places.work, quick)
     plans = credit_specs(claim, folder, places.work, quick)
     quiet_libraries()
-    names = []
+    names, sweeps = [], []
     for path in paths:
         sweep = spec.load(path, storage=storage_url(places.work), device="cpu")
+        sweeps.append(sweep)
         say(f"{name}: sweep {sweep.name} ({len(sweep.studies)} studies)")
         final = run_sweep(sweep, workers=1, device="cpu", say=say)
         short = [f"{s.label}: {s.shortfall()}" for s in final if s.shortfall()]
@@ -168,22 +173,51 @@ def run(name: str, folder: Path, claim: Claim, places: Places, quick: bool, comm
         run_credit(plan, places.work, places.results, say)
     if claim.paper is not None:
         paper_table(claim, places.results, names)
+    fits.write(claim, places.results, names, say)  # fit_NAME*.csv, from the curves
     outcomes = checks.evaluate(claim, places.results, names, quick)
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
     (places.results / "checks.json").write_text(json.dumps(
         [o.as_dict() for o in outcomes], indent=1) + "\n")
+    (places.results / provenance.PROVENANCE_FILE).write_text(json.dumps(
+        provenance.record(claim, folder, sweeps), indent=1) + "\n")
     (places.results / "run.json").write_text(json.dumps({
         "command": command, "quick": quick, "cpu_seconds": round(cpu, 1),
-        "wall_seconds": round(wall, 1), "commit": commit,
+        "wall_seconds": round(wall, 1), **load.stop(), "commit": commit,
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }, indent=1) + "\n")
     return Outcome(name, places.results, outcomes, cpu, wall)
 
 
+class LoadWatch:
+    """The machine's 1-minute load average, sampled every ``every`` seconds in a daemon thread
+    from its start until ``stop``: a CPU time measured on a loaded machine says so."""
+
+    def __init__(self, every: float = 5.0):
+        self.samples = [os.getloadavg()[0]]
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, every: float) -> None:
+        while not self._done.wait(every):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> dict:
+        """``load_mean``, ``load_max`` (of the samples) and ``cpus`` (``os.cpu_count``)."""
+        self._done.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+        return {"load_mean": round(sum(self.samples) / len(self.samples), 2),
+                "load_max": round(max(self.samples), 2), "cpus": os.cpu_count()}
+
+
 def keep(claim: Claim, sweep: str, report_dir: Path, results: Path, several: bool) -> None:
-    """Copy the sweep's results table and the claim's figures from its report."""
+    """Copy the sweep's results table, its fitted rates (``rates_*.csv``: per seed and the
+    summary with intervals) and the claim's figures from its report."""
     for suffix in (".csv", ".md"):
         shutil.copyfile(report_dir / f"table_{sweep}{suffix}", results / f"table_{sweep}{suffix}")
+    for fitted in sorted(report_dir.glob("rates_*.csv")):
+        shutil.copyfile(fitted, results / (f"{sweep}_{fitted.name}" if several else fitted.name))
     for figure in claim.figures:
         source = report_dir / figure
         if source.is_file():
