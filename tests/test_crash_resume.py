@@ -175,6 +175,17 @@ def test_sigkill_at_random_points_then_the_same_command_finishes_exactly(backend
             dead_run = client.get_run(dead.user_attrs["mlflow_run_id"])
             assert dead_run.info.status == "FAILED"
             assert dead_run.data.tags["workbench.fail_reason"] == "worker died"
+    # one finished seed run per (configuration, seed): each complete trial has its two, and
+    # none is left below a killed trial (its retry took them over)
+    status = {r.info.run_id: r.info.status for r in runs}
+    seeds_of: dict[str, list[int]] = {}
+    for run in runs:
+        if run.data.tags["workbench.kind"] == "seed" and run.info.status == "FINISHED":
+            seeds_of.setdefault(run.data.tags["mlflow.parentRunId"], []).append(
+                int(run.data.tags["workbench.seed"]))
+    assert {status[trial] for trial in seeds_of} <= {"FINISHED", "KILLED"}, seeds_of
+    assert all(sorted(seeds_of.get(r.info.run_id, [])) == [0, 1] for r in runs
+               if r.data.tags["workbench.kind"] == "trial" and r.info.status == "FINISHED")
     for run in runs:  # finished runs have every step of their metrics
         if run.data.tags["workbench.kind"] == "seed" and run.info.status == "FINISHED":
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]

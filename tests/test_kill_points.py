@@ -479,3 +479,172 @@ def test_a_report_never_replaces_a_folder_that_is_not_a_report(write_spec, tmp_p
     assert result.returncode == 2 and "error: --out: " in result.stderr
     assert "not a report" in result.stderr
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+# ------------------------------- Order 22: a kill between the seeds of a trial, then again
+
+# die (SIGKILL) right after the first seed run of the sweep finished, before the next starts
+DIE_AFTER_THE_FIRST_SEED = '''
+from workbench.engine.trial import TrialRunner
+_run_seed = TrialRunner._run_seed
+def _run_seed_then_die(self, *args, **kwargs):
+    value = _run_seed(self, *args, **kwargs)
+    die()
+TrialRunner._run_seed = _run_seed_then_die
+'''
+
+# on a seed axis: die right after every seed run of the first trial finished (one write),
+# before the trial run is closed
+DIE_AFTER_THE_SEED_AXIS = '''
+from workbench.engine.trial import TrialRunner
+_together = TrialRunner._run_seeds_together
+def _together_then_die(self, *args, **kwargs):
+    values = _together(self, *args, **kwargs)
+    die()
+TrialRunner._run_seeds_together = _together_then_die
+'''
+
+# Ctrl-C right after the first seed run finished: the trial is marked interrupted, requeued
+INTERRUPT_AFTER_THE_FIRST_SEED = '''
+from workbench.engine.trial import TrialRunner
+_run_seed = TrialRunner._run_seed
+def _run_seed_then_interrupt(self, *args, **kwargs):
+    value = _run_seed(self, *args, **kwargs)
+    raise KeyboardInterrupt
+TrialRunner._run_seed = _run_seed_then_interrupt
+'''
+
+BETWEEN_SEEDS = {"kill": DIE_AFTER_THE_FIRST_SEED, "kill-seed-axis": DIE_AFTER_THE_SEED_AXIS,
+                 "interrupt": INTERRUPT_AFTER_THE_FIRST_SEED}
+BETWEEN_SEEDS_CASES = [("sqlite", "kill"), ("postgresql", "kill"),
+                       ("sqlite", "kill-seed-axis"), ("sqlite", "interrupt")]
+
+
+def finished_seed_runs(storage: str):
+    """The sweep's finished seed runs as the API returns them (`load_runs`)."""
+    from workbench.api import load_runs
+
+    found = load_runs("tiny", storage)
+    return found[(found["kind"] == "seed") & (found["status"] == "FINISHED")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "point"), BETWEEN_SEEDS_CASES,
+                         ids=[f"{b}-{p}" for b, p in BETWEEN_SEEDS_CASES])
+def test_a_trial_stopped_after_its_first_seed_leaves_one_run_per_seed(backend, point, request,
+                                                                        write_spec, tmp_path):
+    """A worker killed (or interrupted) once a trial's first seed run finished: the same
+    command run again retries the trial's configuration, and every reader then sees exactly
+    one finished seed run per (configuration, seed): trials x seeds in all, none trained
+    twice."""
+    from workbench.api import load_metrics
+    from workbench.report.data import SweepRef, read_sweep
+    from workbench.spec import sweep as spec
+    from workbench.stats import aggregates as stats
+
+    storage = (f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite"
+               else request.getfixturevalue("postgres").new_database())
+    n_trials, seeds = 2, [0, 1, 2]
+    settings = dict(methods={"step_size": ["polyak"]}, trials=n_trials, seeds=len(seeds),
+                    pruner={"name": "median", "report_points": 4},  # reports, prunes none
+                    **({"execution": {"seeds": "vectorised"}} if point == "kill-seed-axis"
+                       else {}))
+    path = write_spec(tiny_spec(storage=storage, **settings))
+    storage = spec.load(path).storage
+
+    first = run_instrumented([BETWEEN_SEEDS[point]], "sweep", path, "--quiet", cwd=tmp_path)
+    if point == "interrupt":
+        assert first.returncode == 130, first.stderr
+    else:
+        assert killed(first), first.stderr
+    before = finished_seed_runs(storage)
+    assert len(before) == (len(seeds) if point == "kill-seed-axis" else 1)
+
+    again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    study = study_name(storage, "tiny.step_size=polyak")
+    trials = assert_runs_agree_with_trials(storage, study)
+    stopped, retry = trials[0], trials[1]
+    assert stopped.state == TrialState.FAIL and retry.state == TrialState.COMPLETE
+    assert retry.params == stopped.params
+    assert sum(t.state in FINISHED for t in trials) == n_trials
+
+    # the API: trials x seeds finished seed runs, one per (configuration, seed)
+    done = finished_seed_runs(storage)
+    assert len(done) == n_trials * len(seeds), done[["run_id", "trial", "seed", "status"]]
+    config = [c for c in done.columns if c.startswith("params.step_size.")]
+    assert not done.duplicated([*config, "seed"]).any()
+    assert not done.duplicated(["trial", "seed"]).any()
+    assert sorted(done["trial"].unique()) == [t.number for t in trials if t.state in FINISHED]
+    # the seed runs that finished before the stop were kept, not trained again
+    assert set(before["run_id"]) <= set(done["run_id"])
+    kept = done[done["run_id"].isin(before["run_id"])]
+    assert set(kept["trial"]) == {retry.number}
+    assert (kept["tags.mlflow.parentRunId"] == retry.user_attrs["mlflow_run_id"]).all()
+    every_seed_run = [r for r in mlflow_rows(storage) if r["kind"] == "seed"]
+    assert len(every_seed_run) == n_trials * len(seeds)  # no seed trained twice
+    # each trial's Optuna value is over its own finished seed runs
+    for t in trials:
+        if t.state == TrialState.COMPLETE:
+            mine = done[done["trial"] == t.number]
+            assert sorted(mine["seed"]) == seeds
+            assert t.value == pytest.approx(stats.aggregate(
+                list(mine["metrics.objective"]), "mean"))
+    points = load_metrics("tiny", ["train/loss"], storage)
+    assert points["run_id"].nunique() == n_trials * len(seeds)
+    assert not points.duplicated(["trial", "seed", "step"]).any()
+    if backend == "sqlite":  # the retry told the pruner what an unstopped trial told it
+        clean = tmp_path / "clean"
+        clean.mkdir()
+        reference = write_spec(tiny_spec(storage=f"sqlite:///{clean / 'store.db'}",
+                                         **settings), "clean/spec.yaml")
+        assert run_cli("sweep", reference, "--quiet", cwd=clean).returncode == 0
+        clean_storage = spec.load(reference).storage
+        unstopped = optuna_trials(clean_storage,
+                                  study_name(clean_storage, "tiny.step_size=polyak"))[0]
+        assert unstopped.params == retry.params
+        assert len(retry.intermediate_values) == (1 if point == "kill-seed-axis"
+                                                  else len(seeds)) * 4
+        assert retry.intermediate_values == pytest.approx(unstopped.intermediate_values)
+
+    # the report and `workbench status` agree
+    data = read_sweep(SweepRef("tiny", storage))
+    (method,) = data.methods
+    assert (method.trials["status"] == "FINISHED").sum() == n_trials
+    assert sorted(method.seeds["seed"]) == seeds
+    assert set(method.seeds["run_id"]) <= set(done["run_id"])
+    shown = run_cli("status", path, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{n_trials}/{n_trials}" in shown.stdout and "up to date" in shown.stdout
+
+
+@pytest.mark.slow
+def test_an_extension_killed_after_its_first_new_seed_trains_no_seed_twice(write_spec,
+                                                                             tmp_path):
+    """The sweep asks for more seeds; the worker extending a trial is killed once the first
+    new seed run finished: the command run again counts that run and runs only the seeds
+    still missing."""
+    import yaml
+
+    from workbench.spec import sweep as spec
+
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    path = write_spec(tiny_spec(methods={"step_size": ["polyak"]}, trials=2, seeds=2,
+                                storage=storage))
+    assert run_cli("sweep", path, "--quiet", cwd=tmp_path).returncode == 0
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "seeds": 4}))
+    first = run_instrumented([DIE_AFTER_THE_FIRST_SEED], "sweep", path, "--quiet",
+                             cwd=tmp_path)
+    assert killed(first), first.stderr
+    again = run_cli("sweep", path, "--quiet", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+    storage = spec.load(path).storage
+    trials = assert_runs_agree_with_trials(storage, study_name(storage,
+                                                               "tiny.step_size=polyak"))
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    done = finished_seed_runs(storage)
+    assert len(done) == 2 * 4 and not done.duplicated(["trial", "seed"]).any()
+    assert all(sorted(done.loc[done["trial"] == t.number, "seed"]) == [0, 1, 2, 3]
+               for t in trials)
+    assert len([r for r in mlflow_rows(storage) if r["kind"] == "seed"]) == 2 * 4

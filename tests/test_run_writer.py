@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from workbench.store import runs
-from workbench.store.run_writer import WRITTEN, NewRun, RunEnd, RunWriter
+from workbench.store.run_writer import WRITTEN, NewRun, Retag, RunEnd, RunWriter
 
 UNKNOWN = {**WRITTEN, "runs": (WRITTEN["runs"][0] | {"a column no store has"},
                                WRITTEN["runs"][1])}
@@ -33,7 +33,8 @@ def pg_store(postgres, tmp_path_factory):
 
 def open_and_close(writer: RunWriter, experiment: str) -> list[str]:
     """A trial run and three seed runs, ended complete (renamed, with a metric), pruned
-    (tags) and failed; the trial itself ends with a NaN and an infinite metric."""
+    (tags) and failed; the trial itself ends with a NaN and an infinite metric; then a second
+    trial run that the complete seed run moves below (``RunWriter.retag``)."""
     (trial,) = writer.start(experiment, [NewRun(
         "label t0", {runs.KIND: runs.TRIAL, "optuna.trial_number": 0},
         {"lr": 0.1, "long": "x" * 7000})])
@@ -48,7 +49,13 @@ def open_and_close(writer: RunWriter, experiment: str) -> list[str]:
     ])
     writer.finish([RunEnd(trial, "complete", metrics={"objective": math.nan, "inf": math.inf},
                           name="label t0 | f=nan")])
-    return [trial, *seeds]
+    # a second trial takes the finished seed run over (kept from a stopped trial)
+    (other,) = writer.start(experiment, [NewRun(
+        "label t1", {runs.KIND: runs.TRIAL, "optuna.trial_number": 1}, {"lr": 0.1})])
+    writer.retag([Retag(seeds[0], {"mlflow.parentRunId": other, "optuna.trial_number": 1,
+                                   runs.KEPT_FROM: trial}, name="label t1 s0 | f=0.25")])
+    writer.finish([RunEnd(other, "complete", metrics={"objective": 0.25})])
+    return [trial, *seeds, other]
 
 
 def described(client: MlflowClient, run_ids: list[str]) -> list[dict]:
@@ -87,6 +94,11 @@ def test_the_rows_are_the_ones_mlflow_writes_on_sqlite(sqlite_store):
     ours, theirs = both_ways(url, client, experiment)
     assert described(client, ours) == described(client, theirs)
     assert described(client, ours)[0]["params"]["long"] != "x" * 7000  # cut as MLflow allows
+    moved = described(client, ours)[1]  # below the second trial now, still finished
+    assert moved["status"] == "FINISHED" and moved["name"] == "label t1 s0 | f=0.25"
+    assert moved["tags"]["mlflow.parentRunId"] == "<run 4>"
+    assert moved["tags"][runs.KEPT_FROM] == "<run 0>"
+    assert moved["metrics"] == {"objective": "0.25"}
     # the raw rows, ids and times aside, are the same too
     db = sqlite3.connect(url.removeprefix("sqlite:///"))
     for run_ids in (ours, theirs):
@@ -104,7 +116,7 @@ def test_search_finds_runs_written_directly(sqlite_store):
     url, client, experiment = sqlite_store
     ours, theirs = both_ways(url, client, experiment)
     found = client.search_runs([experiment], f"tags.`{runs.KIND}` = 'seed'")
-    assert {r.info.run_id for r in found} == set(ours[1:] + theirs[1:])
+    assert {r.info.run_id for r in found} == set(ours[1:4] + theirs[1:4])
     failed = client.search_runs([experiment], "attributes.status = 'FAILED'")
     assert {r.info.run_id for r in failed} == {ours[3], theirs[3]}
 

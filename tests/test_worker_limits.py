@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import run_cli, tiny_spec
 from tests.held_trials import held_sweep
-from tests.waiting import communicate, wait_until
+from tests.waiting import communicate, scaled, wait_until
 
 
 @pytest.mark.parametrize("workers", ["100000", "3"], ids=["beyond-the-cpus", "beyond-the-trials"])
@@ -91,3 +91,69 @@ def test_no_more_workers_start_than_trials_are_left(write_spec, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
+def test_the_workers_of_a_killed_sweep_end_with_it_and_the_command_run_again_finishes(
+        write_spec, tmp_path):
+    """The workers of a SIGKILLed sweep, killed while both train, end within 2 s (they took
+    16-20 s, their trials RUNNING under a live owner all that while), each leaving its trial
+    as a kill of the worker does: the same command run again fails those trials as their
+    worker died, runs their configurations again and finishes the sweep."""
+    import subprocess
+    import sys
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from tests.conftest import study_name
+
+    storage = f"sqlite:///{tmp_path / 'store.db'}"
+    path = write_spec(tiny_spec(trials=2, seeds=1, methods={"step_size": ["constant"]},
+                                budget={"steps": 4000}, storage=storage))
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "sweep", str(path), "--quiet",
+                             "--workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    pids: list[int] = []
+    try:
+        def both_training() -> bool:
+            assert proc.poll() is None, proc.stderr.read()
+            with contextlib.suppress(Exception):  # no store or study yet
+                (name,) = optuna.get_all_study_names(storage)
+                trials = optuna.load_study(study_name=name, storage=storage).get_trials()
+                return (sum(t.state == TrialState.RUNNING for t in trials) == 2
+                        and _metric_rows(tmp_path / "store.mlflow.db") >= 2000)
+            return False
+
+        wait_until(both_training, "both workers to train", 300)
+        pids = _spawned_children(proc.pid)
+        assert len(pids) == 2
+        proc.kill()
+        proc.wait(scaled(60))  # not communicate(): the workers hold its output pipes too
+        wait_until(lambda: not any(_alive(pid) for pid in pids),
+                   "the workers to end with their killed sweep", 2, interval=0.02,
+                   describe_state=lambda: f"alive: {[p for p in pids if _alive(p)]}")
+    finally:
+        for pid in pids:  # never left behind by a failing test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    again = run_cli("sweep", str(path), "--quiet", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    trials = optuna.load_study(study_name=study_name(storage, "tiny.step_size=constant"),
+                               storage=storage).get_trials()
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE", "FAIL", "FAIL"]
+    retried = sorted(t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs)
+    assert retried == sorted(t.number for t in trials if t.state == TrialState.FAIL)
+
+
+def _metric_rows(path: Path) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        return db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]

@@ -28,10 +28,20 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def end_with_parent(parent: int, poll_s: float = 1.0) -> None:
-    """SIGTERM to this process once ``parent`` (its parent's pid) ends, even by SIGKILL: a
-    worker never outlives its sweep. Linux: the kernel sends it (``prctl(PR_SET_PDEATHSIG)``);
-    elsewhere, and as a fallback, a daemon thread sees ``os.getppid()`` change."""
+def end_with_parent(parent: int, poll_s: float = 0.25) -> None:
+    """SIGKILL to this process once ``parent`` (its parent's pid) ends, even by SIGKILL: a
+    worker never outlives its sweep. Linux: the kernel sends it as the parent ends
+    (``prctl(PR_SET_PDEATHSIG)``); elsewhere, and as a fallback, a daemon thread that sees
+    ``os.getppid()`` change within ``poll_s``.
+
+    A kill, not SIGTERM's orderly stop: a SIGTERM raised ``SystemExit`` wherever the worker
+    was (inside a database call it could surface as a failure of the method, and the
+    fallback's second SIGTERM cut the close-out short), then Python's shutdown of a worker
+    that has trained took 5-20 s, its trial RUNNING under a live owner all that while, so
+    the same command run again counted it as running elsewhere. A worker ended this way
+    leaves what a kill of the worker leaves, which the next claim repairs at once on this
+    host: its trial failed as its worker died and queued again (``retry_crashed``), the seed
+    runs it finished kept (``workbench.engine.trial``)."""
     import signal
     import threading
 
@@ -39,15 +49,15 @@ def end_with_parent(parent: int, poll_s: float = 1.0) -> None:
         import ctypes
 
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     if os.getppid() != parent:  # it ended before the watch began
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 

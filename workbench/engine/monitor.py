@@ -35,6 +35,22 @@ def report_steps(steps: int, points: int) -> dict[int, int]:
     return {step: i for i, step in enumerate(marks)}
 
 
+def replayed_reports(sweep: Sweep, history) -> dict[int, float]:
+    """The intermediate values a ``Monitor`` reported (report point index -> objective so
+    far) in a seed run that logged ``history``, its (step, value) points of the objective
+    metric: what a seed run kept from a stopped trial reports again for the trial that takes
+    it over (``TrialRunner``)."""
+    spec = sweep.spec
+    marks = report_steps(spec.budget.steps, spec.pruner.report_points)
+    objective = ObjectiveTracker(sweep.metric, sweep.direction, spec.objective.at)
+    found = {}
+    for step, value in sorted(history):
+        objective.add(value)
+        if step in marks and math.isfinite(objective.value()):
+            found[marks[step]] = objective.value()
+    return found
+
+
 class Monitor:
     """The ``LogFn`` of seed ``seed`` (the trial's ``seed_index``-th) of ``trial``.
 

@@ -15,10 +15,26 @@ trial; any other exception fails it (its traceback is logged to the trial run); 
 each in a new seed run below the trial's own run, on a seed axis over just those seeds where
 the study runs its seeds together, without pruning (a finished trial takes no intermediate
 values); the claims then recompute the trial's objective (``Claims.end_extension``).
+
+A seed is never trained twice for one configuration. A (configuration, seed) run is determined
+by the study's fingerprint, the hyperparameters and the seed (``trial_seeds``), so a seed run
+that finished is *kept* where a kill or an interrupt stopped its trial before the end:
+
+- the trial that runs a stopped trial's configuration again (user attribute ``retry_of`` after
+  a kill, ``requeue_of`` after an interrupt; ``claims``) takes over the seed runs that finished
+  under the stopped trial's run, the same fingerprint, hyperparameters and seed: in one write
+  they move below its own trial run (``mlflow.parentRunId``, its Optuna ids, tag
+  ``runs.KEPT_FROM``: the trial run they first ran under), their objectives count, the
+  intermediate values they reported to the pruner are reported again (from their logged
+  metric), and only the other seeds run. A kill at any point leaves each kept run FINISHED
+  below the last trial of the chain that took it, which the next retry takes over in turn.
+- an extension whose worker was killed left the seed runs it finished below the trial's own
+  run: the extension taken again counts them and runs only the others.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -32,12 +48,12 @@ from workbench.common import seeds
 from workbench.common.gpu import GpuStats
 from workbench.engine import trial_seeds
 from workbench.engine.claims import Heartbeat
-from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun
+from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun, replayed_reports
 from workbench.engine.studies import plan_tags, short_metric
 from workbench.spec.plan import StudyPlan, Sweep
 from workbench.stats import aggregates as stats
 from workbench.store import runs
-from workbench.store.run_writer import NewRun, RunEnd, RunWriter
+from workbench.store.run_writer import NewRun, Retag, RunEnd, RunWriter
 from workbench.store.sink import MetricSink
 
 # MLflow's log_dict layout (yaml.dump, indent 2, block style), with libyaml's emitter when built
@@ -164,6 +180,22 @@ class OpenTrial:
     live: bool = True  # the trial is running: its seeds report to Optuna's pruner
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A seed run that finished under a trial stopped before its end, counted instead of
+    training the seed again: its id and objective."""
+
+    run_id: str
+    objective: float
+
+
+def configuration(params) -> dict[str, str]:
+    """What determines a seed run besides its study and seed, from a run's params (as MLflow
+    stores them, strings): every resolved task parameter and hyperparameter, not the device
+    it ran on (no part of a study's fingerprint either) nor the seed."""
+    return {k: runs.param_value(v) for k, v in params.items() if k not in ("device", "seed")}
+
+
 @dataclass
 class Extended:
     """How an extension ended: ``done`` with the new seeds' objectives, or ``diverged`` /
@@ -194,10 +226,14 @@ class TrialRunner:
         values: list[float] = []
         with Heartbeat(lambda: self.storage.record_heartbeat(trial._trial_id)):
             try:
+                kept = self._take_over(opened)
                 if plan.vectorised:
-                    values = self._run_seeds_together(opened)
+                    values = self._run_seeds_together(opened, kept=kept)
                 for index, seed in enumerate([] if plan.vectorised else sweep.seeds):
-                    values.append(self._run_seed(opened, index, seed))
+                    if seed in kept:
+                        values.append(self._report_kept(opened, index, kept[seed]))
+                    else:
+                        values.append(self._run_seed(opened, index, seed))
                     if sweep.spec.pruner.name == "wilcoxon":
                         _ask_wilcoxon(trial, index, seed, values[-1])
             except StopRun as stop:
@@ -235,10 +271,15 @@ class TrialRunner:
                            study.user_attrs["mlflow_experiment_id"], live=False)
         try:
             with Heartbeat(beat):
+                # seeds a killed extension of this trial finished already
+                kept = {s: k for s, (k, _) in
+                        self._finished_seed_runs(opened, opened.run_id, missing).items()}
                 if plan.vectorised:
-                    found = self._run_seeds_together(opened, missing)
+                    found = self._run_seeds_together(opened, missing, kept)
                 else:
-                    found = [self._run_seed(opened, sweep.seeds.index(s), s) for s in missing]
+                    found = [kept[s].objective if s in kept
+                             else self._run_seed(opened, sweep.seeds.index(s), s)
+                             for s in missing]
         except StopRun as stop:
             return Extended("diverged", reason=stop.detail)
         except Exception as err:
@@ -274,6 +315,65 @@ class TrialRunner:
         self.writer.log_text(run_id, yaml.dump(config, Dumper=YAML_DUMPER, indent=2,
                                                default_flow_style=False), "config.yaml")
         return OpenTrial(study, plan, trial, methods, params, tags, run_id, experiment_id)
+
+    def _take_over(self, opened: OpenTrial) -> dict[int, Kept]:
+        """The seed runs that finished under the trial this one runs again (``retry_of``,
+        ``requeue_of``), moved below this trial's run in one write: seed -> the kept run."""
+        attrs = opened.trial.user_attrs
+        number = attrs.get("retry_of", attrs.get("requeue_of"))
+        if number is None:
+            return {}
+        stopped = self.storage.get_trial(self.storage.get_trial_id_from_study_id_trial_number(
+            opened.study._study_id, int(number)))
+        parent = stopped.user_attrs.get("mlflow_run_id")
+        if stopped.state != TrialState.FAIL or not parent:
+            return {}
+        kept = self._finished_seed_runs(opened, parent, self.sweep.seeds)
+        if not kept:
+            return {}
+        label, metric = opened.plan.label, short_metric(self.sweep.metric)
+        self.writer.retag([Retag(
+            run.run_id,
+            {"mlflow.parentRunId": opened.run_id, "optuna.trial_number": opened.trial.number,
+             "optuna.trial_id": opened.trial._trial_id, runs.KEPT_FROM: first},
+            name=f"{label} t{opened.trial.number} s{seed} | {metric}={run.objective:.4g}")
+            for seed, (run, first) in kept.items()])
+        return {seed: run for seed, (run, _) in kept.items()}
+
+    def _finished_seed_runs(self, opened: OpenTrial, parent: str,
+                            seed_list: list[int]) -> dict:
+        """The finished seed runs below trial run ``parent`` of the seeds of ``seed_list``
+        that ``opened``'s configuration determines (its study's fingerprint and its
+        hyperparameters): seed -> (``Kept``, the trial run it first ran under)."""
+        found = self.client.search_runs(
+            [opened.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}' and "
+            f"tags.`{runs.KIND}` = '{runs.SEED}' and attributes.status = '{runs.FINISHED}'",
+            max_results=10_000, order_by=["attributes.start_time ASC"])
+        wanted = configuration(opened.params)
+        kept = {}
+        for run in found:
+            tags, objective = run.data.tags, run.data.metrics.get("objective")
+            seed = int(tags.get(runs.SEED_TAG, -1))
+            if (seed in seed_list and objective is not None and math.isfinite(objective)
+                    and tags.get(runs.FINGERPRINT) == opened.tags[runs.FINGERPRINT]
+                    and configuration(run.data.params) == wanted):
+                kept[seed] = (Kept(run.info.run_id, float(objective)),
+                              tags.get(runs.KEPT_FROM, parent))
+        return kept
+
+    def _report_kept(self, opened: OpenTrial, index: int, kept: Kept) -> float:
+        """A kept seed run (the trial's ``index``-th seed) in place of running it: the
+        intermediate values it reported to the pruner, reported again at the same points for
+        this trial, and its objective. The pruner is not asked: the seed ran to its end."""
+        if opened.live and self.sweep.spec.pruner.name != "wilcoxon":
+            points = self.sweep.spec.pruner.report_points
+            for i, value in self._kept_reports(kept).items():
+                opened.trial.report(value, index * points + i)
+        return kept.objective
+
+    def _kept_reports(self, kept: Kept) -> dict[int, float]:
+        history = self.client.get_metric_history(kept.run_id, self.sweep.metric)
+        return replayed_reports(self.sweep, [(m.step, m.value) for m in history])
 
     def _start_seed_runs(self, opened: OpenTrial, seed_list: list[int]) -> list[tuple[str, str]]:
         """Open the seed runs of ``seed_list`` below the trial run, in one write: (id, name)
@@ -319,14 +419,24 @@ class TrialRunner:
         self.writer.finish([self._seed_end(seed_run, name, value)])
         return value
 
-    def _run_seeds_together(self, opened: OpenTrial,
-                            seed_list: list[int] | None = None) -> list[float]:
+    def _run_seeds_together(self, opened: OpenTrial, seed_list: list[int] | None = None,
+                            kept: dict[int, Kept] | None = None) -> list[float]:
         """Run ``seed_list`` (default: every seed of the sweep) on one seed axis, each in its
-        own seed run; their objectives in seed order. A stop or failure of the computation
+        own seed run; their objectives in seed order. The ``kept`` seed runs count instead of
+        running (on an axis over the others; when every seed is kept, their intermediate
+        values aggregated are reported again). A stop or failure of the computation
         ends every seed run with it; afterwards, the first seed whose result diverged raises
         ``StopRun`` once all seed runs are closed (the others complete)."""
         sweep, plan = self.sweep, opened.plan
         seed_list = list(sweep.seeds if seed_list is None else seed_list)
+        kept = {s: k for s, k in (kept or {}).items() if s in seed_list}
+        if len(kept) == len(seed_list):
+            self._report_kept_together(opened, [kept[s] for s in seed_list])
+            return [kept[s].objective for s in seed_list]
+        if kept:
+            found = self._run_seeds_together(opened, [s for s in seed_list if s not in kept])
+            found = dict(zip([s for s in seed_list if s not in kept], found, strict=True))
+            return [kept[s].objective if s in kept else found[s] for s in seed_list]
         opened_runs = self._start_seed_runs(opened, seed_list)
         monitors = [Monitor(sweep, self.sink, run_id, None, seed, sweep.seeds.index(seed))
                     for seed, (run_id, _) in zip(seed_list, opened_runs, strict=True)]
@@ -359,6 +469,16 @@ class TrialRunner:
         if stop is not None:
             raise stop
         return values
+
+    def _report_kept_together(self, opened: OpenTrial, kept: list[Kept]) -> None:
+        """On a seed axis, the intermediate values a trial whose every seed is kept reported:
+        at each report point, the aggregate over the seeds that reached it (``SeedsMonitor``)."""
+        if not opened.live or self.sweep.spec.pruner.name == "wilcoxon":
+            return
+        per_seed = [self._kept_reports(k) for k in kept]
+        for i in sorted(set().union(*per_seed)):
+            values = [reports[i] for reports in per_seed if i in reports]
+            opened.trial.report(stats.aggregate(values, self.sweep.spec.objective.aggregate), i)
 
     def _warn_unused_knobs(self, plan: StudyPlan, methods: dict, trial_run: str) -> None:
         """Warn, once per study and process, about searched hyperparameters the run never

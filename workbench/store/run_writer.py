@@ -80,6 +80,15 @@ class RunEnd:
     name: str | None = None
 
 
+@dataclass(frozen=True)
+class Retag:
+    """Tags to set on a run that exists (and a new name); its status and times stay."""
+
+    run_id: str
+    tags: Mapping[str, Any]
+    name: str | None = None
+
+
 class RunWriter:
     """Opens and closes runs in one transaction per call (MLflow's client where the store's
     layout is not the one it knows)."""
@@ -141,6 +150,25 @@ class RunWriter:
             (INSERT_METRIC, [(*r[:5], bool(r[5])) for r in metric_rows]),
             (UPSERT_LATEST, [(*r[:4], bool(r[4]), r[5]) for r in latest_rows]),
             (END_RUN, [(runs.STATUS[end.state], now, end.run_id) for end in ends])])
+
+    def retag(self, changes: list[Retag]) -> None:
+        """Set the tags (and names) of ``changes`` on their runs, all in one write."""
+        if self.writer is None:
+            from mlflow.entities import RunTag
+
+            for change in changes:
+                items = [RunTag(k, str(v)) for k, v in change.tags.items()]
+                if change.name:
+                    items.append(RunTag("mlflow.runName", change.name))
+                self.client.log_batch(change.run_id, tags=items)
+            return
+        tag_rows, renames = [], []
+        for change in changes:
+            tag_rows.extend((k, str(v), change.run_id) for k, v in change.tags.items())
+            if change.name:
+                tag_rows.append(("mlflow.runName", change.name, change.run_id))
+                renames.append((change.name, change.run_id))
+        self.writer.apply([(UPSERT_TAG, tag_rows), (RENAME_RUN, renames)])
 
     def log_text(self, run_id: str, text: str, path: str) -> None:
         """Store ``text`` as the open run's artifact ``path``."""

@@ -48,6 +48,10 @@ PRUNE_DETAIL = "workbench.prune_detail"
 UNUSED_KNOBS = "workbench.unused_knobs"
 EVALUATES = "workbench.evaluates_trial"
 OBJECTIVE_SEEDS = "workbench.objective_seeds"  # on a trial run: the seeds its objective is over
+# on a seed run that finished under a trial stopped before its end (its worker killed, or
+# interrupted) and was taken over by the trial that ran that configuration again, instead of
+# training the seed twice: the trial run it first ran under (``TrialRunner``)
+KEPT_FROM = "workbench.kept_from"
 DIVERGED = "workbench.diverged"  # on an evaluation run that diverged: where and how
 # on a sweep's experiment: how many held-out seeds it used and why (JSON, EvaluationOutcome)
 EVALUATION_OUTCOME = "workbench.evaluation"
