@@ -51,6 +51,8 @@ def _checked(sweep, storage, kinds, include_superseded) -> tuple[str, ...]:
     if storage is not None and not isinstance(storage, str):
         raise ValueError(f"storage: {shorten(storage)} ({type(storage).__name__}) is not "
                          f"a store URL; allowed: {STORAGE_FORMS}")
+    if storage is not None and not storage.strip():
+        raise ValueError(f"storage: empty; allowed: {STORAGE_FORMS}")
     allowed = f"allowed: {', '.join(ALL_KINDS)} (default: {', '.join(KINDS)})"
     if isinstance(kinds, (str, bytes)) or not isinstance(kinds, Iterable):
         example = [kinds] if kinds in ALL_KINDS else list(KINDS)
@@ -149,9 +151,15 @@ def _storage(storage: str | None) -> str:
 def _runs(sweep: str, storage: str | None, include_superseded: bool
           ) -> tuple[Store, pd.DataFrame]:
     """The store and every run of the sweep's (current) studies, with its experiment."""
+    from workbench.store.database import StoreError
+
     store = Store.from_url(_storage(storage))
     if not store.exists():
         raise LookupError(f"no store at {_storage(storage)}; run `workbench sweep` first")
+    try:  # a file that is no store, half a store, one this user cannot read: said, not a
+        store.check()  # sqlite3 or SQLAlchemy error from deep inside
+    except StoreError as err:
+        raise ValueError(f"storage: {err}") from None
     experiment = results.experiment_id(store, sweep)
     if experiment is None:
         raise LookupError(f"the store has no sweep {sweep!r}")

@@ -16,6 +16,9 @@ def cmd_methods(args) -> int:
     from workbench.common.validation import did_you_mean
 
     details = catalogue.load()["methods"]
+    if args.method and args.family and args.method.partition("/")[0] != args.family:
+        raise UsageError(f"{args.method} is no {args.family} method; allowed: a method of "
+                         "--family, or no --family with FAMILY/NAME")
     if args.method:  # FAMILY/NAME: one method whole
         found = [d for d in details if d["key"] == args.method]
         if not found:
@@ -54,6 +57,8 @@ def cmd_new_method(args) -> int:
         method_file, test_file = scaffold.write(args.family, args.name, Path(args.root))
     except scaffold.ScaffoldError as err:
         raise UsageError(str(err)) from None
+    except OSError as err:  # a read-only or full disk: say where
+        raise UsageError(f"cannot write {err.filename}: {err.strerror}") from None
     print(scaffold.next_steps(args.family, args.name, method_file, test_file))
     return 0
 

@@ -38,14 +38,15 @@ def _server_parser(sub, name: str, help: str, port: int, func) -> None:
     """A command that serves a web page on a sweep's store (``ui``, ``dashboard``)."""
     p = sub.add_parser(name, help=help)
     p.add_argument("spec", nargs="?", help="a sweep spec whose store to open")
-    p.add_argument("--storage")
+    p.add_argument("--storage", type=STORAGE)
     p.add_argument("--port", type=_port, default=port, help=f"1-65535 (default {port})")
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", default="127.0.0.1", type=_given("an address or host name"),
                    help="interface to listen on (default 127.0.0.1: this machine only; "
                         "another needs --expose)")
     p.add_argument("--expose", action="store_true",
                    help="mean it: listen on a --host beyond this machine")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   type=_given("a host name, with :PORT or without"),
                    help="also answer requests addressed to NAME (Host header; repeatable): "
                         "others are refused, against DNS rebinding")
     p.set_defaults(func=func)
@@ -55,6 +56,21 @@ def _port(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port: 1-65535")
     return int(text)
+
+
+def _given(allowed: str):
+    """An argument type that refuses an empty value (which would otherwise mean the default
+    silently: ``--storage ''`` the store ./workbench.db, ``--out ''`` the working folder)."""
+    def given(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty; allowed: {allowed}")
+        return text
+    return given
+
+
+STORAGE = _given("sqlite:///FILE or postgresql://USER@HOST/DB")
+DEVICE = _given("auto, cpu, cuda or cuda:N")
+FOLDER = _given("a folder's path")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--artifact-root", metavar="URI",
                    help="where every host puts artifacts (overrides the spec): an absolute "
                         "shared path, s3://..., mlflow-artifacts://HOST:PORT")
-    p.add_argument("--storage", help="store URL (overrides the spec): sqlite:///FILE or "
-                                     "postgresql://USER@HOST/DB")
-    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--storage", type=STORAGE, help="store URL (overrides the spec): "
+                   "sqlite:///FILE or postgresql://USER@HOST/DB")
+    p.add_argument("--device", type=DEVICE, help="auto (default), cpu or cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
@@ -120,13 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, help="budget in samples: environment steps on "
                                                "control, training samples elsewhere")
     p.add_argument("--wall-seconds", type=float, help="budget in seconds of training")
-    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--device", type=DEVICE, help="auto (default), cpu or cuda")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="trials done and best value per study")
     p.add_argument("spec")
-    p.add_argument("--storage")
+    p.add_argument("--storage", type=STORAGE)
     p.set_defaults(func=cmd_status)
 
     _server_parser(sub, "dashboard", "Optuna's dashboard on the store's studies, on 127.0.0.1 "
@@ -139,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", metavar="NAME",
                    help="instead of a spec: the sweep of this name in the store (--storage, "
                         "default ./workbench.db), with the report options it ran with")
-    p.add_argument("--storage")
-    p.add_argument("--out", help="output folder (default reports/out/SWEEP)")
+    p.add_argument("--storage", type=STORAGE)
+    p.add_argument("--out", type=FOLDER, help="output folder (default reports/out/SWEEP)")
     p.add_argument("--include-superseded", action="store_true",
                    help="also show the studies that a later version of the sweep replaced")
     p.set_defaults(func=cmd_report)
@@ -149,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "every estimator against Q - V on sampled steps of a "
                                       "fixed checkpoint, by G and N (figure, table, provenance)")
     p.add_argument("spec", help="credit spec (YAML), e.g. reports/credit-keydoor.yaml")
-    p.add_argument("--out", help="output folder (default reports/out/NAME)")
-    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--out", type=FOLDER, help="output folder (default reports/out/NAME)")
+    p.add_argument("--device", type=DEVICE, help="auto (default), cpu or cuda")
     p.set_defaults(func=cmd_credit)
 
     p = sub.add_parser("reproduce", help="rerun the reproductions of the papers' claims "
@@ -160,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="the tiny sizes of each claim.yaml's quick keys (checks the sign and "
                         "shape only; results in reproductions/out/NAME-quick/)")
-    p.add_argument("--out", help="put NAME/results and NAME/work (the store, the full "
+    p.add_argument("--out", type=FOLDER, help="put NAME/results and NAME/work (the store, the full "
                                  "reports) here instead")
     p.add_argument("--list", action="store_true", help="list the reproductions and claims")
     p.add_argument("--status", action="store_true",

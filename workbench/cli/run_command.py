@@ -149,7 +149,7 @@ def _as_typed(path: str, chosen: dict) -> str:
     """A spec key path as `workbench run` takes it: ``methods.step_size[0].fixed.lr`` ->
     ``step_size.lr``, ``methods.step_size[0]`` -> ``step_size=...``, ``task.params.dim`` ->
     ``dim``, ``budget.steps`` -> ``--steps``, ``seeds`` -> ``--seed``."""
-    if match := re.fullmatch(r"methods\.(\w+)\[0\]\.fixed\.(.+)", path):
+    if match := re.fullmatch(r"methods\.(\w+)\[0\]\.fixed\.(.*)", path):
         return f"{match[1]}.{match[2]}"
     if match := re.fullmatch(r"methods\.(\w+)(\[0\](\.name)?)?", path):
         return f"{match[1]}={chosen.get(match[1], 'METHOD')}"

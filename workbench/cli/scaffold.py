@@ -170,6 +170,9 @@ def write(family: str, name: str, root: Path) -> tuple[Path, Path]:
     if not re.fullmatch(r"[a-z][a-z0-9_]{1,40}", name):
         raise ScaffoldError(f"method name {name!r}: allowed: lower-case letters, digits and "
                             "underscores, starting with a letter (2-41 characters)")
+    if not root.is_dir():
+        raise ScaffoldError(f"--root {root}: not a folder; allowed: the root of a workbench "
+                            "checkout")
     method_file = root / "methods" / family / f"{name}.py"
     test_file = root / "tests" / f"test_method_{name}.py"
     for path in (method_file, test_file):
@@ -238,6 +241,8 @@ def write_plugin(family: str, name: str, folder: Path) -> tuple[Path, Path]:
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", package or "-") or package == "methods":
         raise ScaffoldError(f"--plugin {folder}: its name must make a Python package name "
                             "(letters, digits, _), and not 'methods'")
+    if folder.exists() and not folder.is_dir():
+        raise ScaffoldError(f"--plugin {folder}: not a folder; allowed: a new or empty folder")
     if folder.exists() and any(folder.iterdir()):
         raise ScaffoldError(f"--plugin {folder}: the folder exists and is not empty; name a "
                             "new one")

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from workbench.cli.usage import EXIT_SHORT, UsageError, reachable, redact
+from workbench.cli.usage import EXIT_SHORT, UsageError, reachable, redact, writable_folder
 
 
 def cmd_sweep(args) -> int:
@@ -152,6 +152,7 @@ def cmd_report(args) -> int:
         report.replaceable(out)
     except report.ReportError as err:
         raise UsageError(f"--out: {err}") from None
+    writable_folder(out)
     for url in dict.fromkeys(ref.storage for ref in refs):
         reachable(url)
     try:
@@ -201,6 +202,8 @@ def cmd_reproduce(args) -> int:
                                                           and not Path(args.out).is_dir())):
         raise UsageError(f"--out {args.out!r}: allowed: a folder (absent or existing)")
     out = Path(args.out) if args.out else None
+    if out is not None:
+        writable_folder(out / "NAME")
     failed = 0
     for name, (folder, claim) in chosen.items():
         command = " ".join(["workbench reproduce", name, *(["--quick"] if args.quick else [])])

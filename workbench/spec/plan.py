@@ -13,7 +13,7 @@ import optuna.distributions as od
 from workbench import registry
 from workbench.common import fingerprint
 from workbench.common.validation import SpecError
-from workbench.spec.schema import SweepSpec, normalised_artifact_root
+from workbench.spec.schema import SweepSpec, artifact_root_problem, normalised_artifact_root
 from workbench.store.study_record import EvaluationPlan, ReportOptions, StudyRecord
 from workbench.testbeds import Task
 
@@ -115,6 +115,9 @@ class Sweep:
             root = normalised_artifact_root(value)
         except ValueError as err:
             raise SpecError("--artifact-root", "", str(err)) from None
+        why = artifact_root_problem(root, self.name, not self.storage.startswith("sqlite"))
+        if why is not None:
+            raise SpecError("--artifact-root", "", why)
         return replace(self, spec=self.spec.model_copy(update={"artifact_root": root}))
 
     @property

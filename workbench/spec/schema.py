@@ -13,6 +13,60 @@ from workbench.testbeds import Budget
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a sweep's or a report's name
 
+# --------------------------------------------------------------------- the store's limits
+# What MLflow's and Optuna's tables (their installed versions) hold, where a spec's value ends
+# up in them. A value past one is refused by the spec check, with the limit in the message,
+# before anything is written (SQLite ignores a column's length; PostgreSQL refuses the row;
+# MLflow refuses or silently cuts some values itself). tests/test_bad_input_battery.py checks
+# each number against the installed packages.
+#
+#   spec value                        where it goes                         limit
+#   name (or the file's name)         experiment name (MLflow)              NAME_PATTERN: 100
+#                                     experiments.name VARCHAR(256); MLflow's check: 500
+#   description                       experiment tag mlflow.note.content    20,000 (MLflow's
+#                                     MAX_EXPERIMENT_TAG_VAL_LENGTH)
+#   methods' labels, task.vary values the study's label: run names          STUDY_LABEL_CHARS
+#                                     (runs.name VARCHAR(250), the label    (250 less the
+#                                     plus at most RUN_NAME_SUFFIX_CHARS),  suffix)
+#                                     tags (VARCHAR(8000))
+#   fixed values, task.params,        run params (MAX_PARAM_VAL_LENGTH)     6,000 characters
+#   search-space choices, task.vary   as text (``str``); NUL nowhere        of text
+#   artifact_root (with the name)     an experiment's artifact location     2,048 (MLflow's
+#                                     (MLFLOW_ARTIFACT_LOCATION_MAX_LENGTH)  default)
+#                                     runs.artifact_uri VARCHAR(200) on a    200 (PostgreSQL)
+#                                     server store: location + /RUN_ID/artifacts
+#   (methods: registered names)       Optuna's study name                   512 (Optuna's
+#                                     (studies.study_name VARCHAR(512))     MAX_INDEXED_STRING_
+#                                                                           LENGTH)
+MLFLOW_EXPERIMENT_NAME_CHARS = 256  # experiments.name VARCHAR(256)
+MLFLOW_EXPERIMENT_TAG_CHARS = 20_000  # mlflow.utils.validation.MAX_EXPERIMENT_TAG_VAL_LENGTH
+MLFLOW_RUN_NAME_CHARS = 250  # runs.name VARCHAR(250)
+MLFLOW_TAG_CHARS = 8000  # MAX_TAG_VAL_LENGTH, tags.value VARCHAR(8000)
+MLFLOW_PARAM_CHARS = 6000  # MAX_PARAM_VAL_LENGTH
+MLFLOW_ARTIFACT_LOCATION_CHARS = 2048  # MLFLOW_ARTIFACT_LOCATION_MAX_LENGTH's default
+MLFLOW_RUN_ARTIFACT_URI_CHARS = 200  # runs.artifact_uri VARCHAR(200)
+RUN_ARTIFACT_SUFFIX_CHARS = len("/0123456789abcdef0123456789abcdef/artifacts")
+OPTUNA_STUDY_NAME_CHARS = 512  # optuna.storages._rdb.models.MAX_INDEXED_STRING_LENGTH
+# The longest text the engine adds to a study's label in a run's name: `` (trials in sweep
+# NAME)`` with another sweep's name of up to 100 characters, `` t123456 s2147483647 | loss=
+# -1.234e+308`` for a seed run.
+RUN_NAME_SUFFIX_CHARS = len(" (trials in sweep )") + 100
+STUDY_LABEL_CHARS = MLFLOW_RUN_NAME_CHARS - RUN_NAME_SUFFIX_CHARS
+
+
+def store_text_problem(value: Any, limit: int = MLFLOW_PARAM_CHARS,
+                       where: str = "an MLflow param value") -> str | None:
+    """Why ``value``'s text (``str(value)``, as a run's param stores it) does not fit the store:
+    longer than ``limit`` characters, or holding a NUL character; None when it fits."""
+    text = value if isinstance(value, str) else str(value)
+    if "\x00" in text:
+        return ("holds a NUL character (\\x00), which the store's text columns cannot hold "
+                "(PostgreSQL refuses it); allowed: text without NUL")
+    if len(text) > limit:
+        return (f"{len(text):,} characters as text; allowed: at most {limit:,} ({where} "
+                "holds no more)")
+    return None
+
 
 class Range(Strict):
     """A search-space override: a numeric range or a list of choices."""
@@ -145,7 +199,8 @@ class LauncherSpec(Strict):
 
 class SweepSpec(Strict):
     name: str | None = Field(None, pattern=NAME_PATTERN)
-    description: str = ""
+    description: str = Field("", description="shown by the MLflow UI on the sweep's "
+                             "experiment (its tag mlflow.note.content)")
     task: TaskSpec
     methods: dict[str, Literal["all"] | list[str | MethodEntry]]
     seeds: int | list[int] = 3
@@ -172,6 +227,23 @@ class SweepSpec(Strict):
     def _name_only(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
 
+    @field_validator("storage")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("empty; allowed: sqlite:///FILE, postgresql://USER@HOST/DB (or "
+                             "no storage key: ./workbench.db)")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _fits_an_experiment_tag(cls, value: str) -> str:
+        why = store_text_problem(value, MLFLOW_EXPERIMENT_TAG_CHARS,
+                                 "MLflow's experiment tag, where the description is kept,")
+        if why is not None:
+            raise ValueError(why)
+        return value
+
     @field_validator("artifact_root")
     @classmethod
     def normalised_artifact_root(cls, value: str | None) -> str | None:
@@ -185,6 +257,8 @@ class SweepSpec(Strict):
         if isinstance(value, list):
             if not value:
                 raise ValueError("the seed list must not be empty")
+            if len(value) > 10_000:
+                raise ValueError(f"{len(value)} seeds; allowed: at most 10000 (as a count)")
             if max(value) > MAX_SEED:
                 raise ValueError(f"seeds must be at most {MAX_SEED}")
             if len(set(value)) != len(value):
@@ -202,6 +276,27 @@ class SweepSpec(Strict):
             if isinstance(entries, list) and not entries:
                 raise ValueError(f"slot {shorten(slot)} lists no methods")
         return value
+
+
+def artifact_root_problem(root: str, name: str, server: bool) -> str | None:
+    """Why the sweep ``name``'s artifacts cannot go under the normalised ``root``: its
+    experiment's location past MLflow's limit, or (``server``: a PostgreSQL store, which
+    enforces column lengths) a run's artifact URI past ``runs.artifact_uri``; None when
+    they fit."""
+    from workbench.store.artifacts import experiment_location
+
+    location = experiment_location(root, name)
+    if len(location) > MLFLOW_ARTIFACT_LOCATION_CHARS:
+        return (f"the experiment's artifact location {location[:80]}... is {len(location):,} "
+                f"characters; allowed: at most {MLFLOW_ARTIFACT_LOCATION_CHARS:,} (MLflow's "
+                "limit): a shorter root")
+    longest = MLFLOW_RUN_ARTIFACT_URI_CHARS - RUN_ARTIFACT_SUFFIX_CHARS
+    if server and len(location) > longest:
+        return (f"the experiment's artifact location {location[:80]}... is {len(location):,} "
+                f"characters; allowed on a PostgreSQL store: at most {longest} (MLflow's "
+                f"runs.artifact_uri holds {MLFLOW_RUN_ARTIFACT_URI_CHARS}, with "
+                f"/RUN_ID/artifacts): a shorter root or sweep name")
+    return None
 
 
 def normalised_artifact_root(value: str) -> str:

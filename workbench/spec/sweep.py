@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from workbench.common import yamlsafe
-from workbench.common.validation import SpecError, shorten, validate
+from workbench.common.validation import SpecError, clip, shorten, validate
 from workbench.spec.plan import ReportPlan, Sweep
 from workbench.spec.resolve import resolve
 from workbench.spec.schema import ReportFile, SweepSpec
@@ -26,22 +26,41 @@ from workbench.spec.schema import ReportFile, SweepSpec
 def read_yaml(path: str | Path) -> Any:
     """The mapping in a YAML file; any problem is one SpecError naming the file."""
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(str(path), "", "no such file")
     try:
-        data = yamlsafe.load(path.read_text())
+        if path.is_dir():
+            raise SpecError(clip(str(path)), "", "a folder; allowed: a YAML file")
+        if not path.is_file():
+            raise SpecError(clip(str(path)), "", "no such file")
+        text = path.read_text()
+    except OSError as err:  # a name too long, a file this user may not read, ...
+        raise SpecError(clip(str(path)), "", f"cannot be read: {err.strerror or err}; "
+                        "allowed: a readable YAML file") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "not a UTF-8 text file") from None
+    try:
+        data = yamlsafe.load(text)
     except yamlsafe.Refused as err:
         raise SpecError(str(path), err.path, err.message) from None
     except yaml.YAMLError as err:
-        raise SpecError(str(path), "", f"not valid YAML: {err}") from None
-    except UnicodeDecodeError:
-        raise SpecError(str(path), "", "not a UTF-8 text file") from None
+        raise SpecError(str(path), "", f"not valid YAML: {yaml_problem(err)}") from None
     except (ValueError, TypeError, LookupError, AttributeError, OverflowError) as err:
         # PyYAML raises these for values it cannot build (!!int x, a date 2020-13-45)
         raise SpecError(str(path), "", f"a value YAML cannot build: {err}") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "the top level must be a mapping of keys to values")
     return data
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: what is wrong and where (line and column, 1-based)."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(filter(None, [err.context, err.problem])) or "unreadable"
+        return f"{what}{where}"
+    if isinstance(err, yaml.reader.ReaderError):
+        return f"{err.reason} at character {err.position + 1}"
+    return " ".join(str(err).split())
 
 
 def load(path: str | Path, storage: str | None = None, device: str | None = None) -> Sweep:

@@ -123,19 +123,39 @@ class Store:
         return [Path(u.removeprefix("sqlite:///")) for u in (self.optuna_url, self.mlflow_url)]
 
     def exists(self) -> bool:
-        """Whether the store has been created (without creating it)."""
+        """Whether the store has been created (without creating it): for SQLite, whether
+        Optuna's file is there with something in it (an empty file is none yet, as
+        ``schema.inspect_sqlite`` reads it; anything else there is, for ``check`` to say
+        what is wrong with it)."""
         if self.is_sqlite:
-            return self.sqlite_paths()[0].exists()
+            path = self.sqlite_paths()[0]
+            try:
+                return path.exists() and (not path.is_file() or path.stat().st_size > 0)
+            except OSError:  # a name too long, ...
+                return True
         return True
 
-    def check(self) -> None:
+    def check(self, writing: bool = False) -> None:
         """Raise StoreError unless the store can be used as it is (absent, or complete and at
-        the installed schema revisions); writes nothing. A server store must answer
-        (StoreUnreachable otherwise)."""
+        the installed schema revisions; ``writing``: its lock file can be taken too); writes
+        nothing. A server store must answer (StoreUnreachable otherwise)."""
         if self.is_sqlite:
             paths = self.sqlite_paths()
+            for path in paths:  # before reading: SQLite reads a WAL store through files it writes
+                schema.refuse_read_only(path)
+            found = {}
             for kind, path in zip(("optuna", "mlflow"), paths, strict=True):
-                schema.verdict(kind, str(path), schema.inspect_sqlite(path), f"sqlite:///{path}")
+                found[kind] = schema.inspect_sqlite(path)
+                schema.verdict(kind, str(path), found[kind], f"sqlite:///{path}")
+            if found["optuna"] is not None and not found["optuna"].empty and (
+                    found["mlflow"] is None or found["mlflow"].empty):
+                # MLflow's file is built first: Optuna's is never there without it
+                raise StoreError(f"{paths[1]}: MLflow's half of the store is missing or empty "
+                                 f"while Optuna's ({paths[0].name}) holds studies; allowed: "
+                                 "both halves: restore it from a backup, or name another "
+                                 "store")
+            if writing:
+                self._check_lock_file()
             self._check_artifact_folder()
             return
         self._check_artifact_folder()
@@ -156,6 +176,13 @@ class Store:
                                redact(self.mlflow_url))
             finally:
                 engine.dispose()
+
+    def _check_lock_file(self) -> None:
+        lock = self.sqlite_paths()[0].with_suffix(".lock")
+        if (lock.exists() or lock.is_symlink()) and not lock.is_file():
+            raise StoreError(f"{lock}: the store's lock file is not a regular file (a folder, "
+                             "or a link to nothing); allowed: a regular file or none: remove "
+                             "it")
 
     def _check_artifact_folder(self) -> None:
         folder = self.artifact_folder

@@ -50,6 +50,7 @@ UPGRADE = {
     "mlflow": "mlflow db upgrade {url}",
 }
 BUILDING = ".building-"  # infix of temporary files and databases under construction
+LOCKED_WAIT_S = 5.0  # how long ``inspect_sqlite`` waits for a store another process holds
 
 
 class StoreError(RuntimeError):
@@ -148,9 +149,48 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
+def read_only(path: Path) -> str | None:
+    """Why ``path`` cannot be written by this process (a read-only file system, or its mode
+    and owner), None when it can. As root, only a read-only file system stops a write."""
+    if os.access(path, os.W_OK):
+        return None
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    except OSError:
+        pass
+    return "this user may not write it"
+
+
+def refuse_read_only(path: Path) -> None:
+    """Raise StoreError when the store's existing SQLite file at ``path``, or the folder that
+    holds it, cannot be written: even to read a store in WAL mode SQLite writes its -shm file
+    beside it, and a sweep takes the store's lock file there."""
+    try:
+        if not path.exists():
+            return  # inspect_sqlite says whether it can be created
+    except OSError:
+        return  # inspect_sqlite says what is wrong with the path
+    for target in (path, path.parent):
+        why = read_only(target)
+        if why is not None:
+            what = "" if target == path else f"its folder {target}: "
+            raise StoreError(f"the store {path} is read-only ({what}{why}); allowed: a store "
+                             "this user can write (Workbench writes beside it even to read "
+                             "it): copy it to a writable folder and point --storage at the "
+                             "copy")
+
+
 def inspect_sqlite(path: Path) -> Found | None:
     """The tables and revision of a SQLite file, read without writing; None when there is no
     file yet (or an empty one). Raises StoreError when the path cannot hold a database."""
+    try:
+        return _inspect_sqlite(path)
+    except OSError as err:  # a name too long, a folder this user may not search, ...
+        raise StoreError(f"{path}: cannot hold a store: {err.strerror or err}") from None
+
+
+def _inspect_sqlite(path: Path) -> Found | None:
     if not path.exists() and not path.is_symlink():
         ancestor = nearest_existing(path.parent)
         if not ancestor.is_dir():
@@ -173,7 +213,8 @@ def inspect_sqlite(path: Path) -> Found | None:
     live = path.with_name(path.name + "-wal").exists()
     query = "mode=ro" if live else "mode=ro&immutable=1"
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?{query}", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?{query}", uri=True,
+                                                timeout=LOCKED_WAIT_S)) as db:
             pages, page_size = (db.execute(f"PRAGMA {p}").fetchone()[0]
                                 for p in ("page_count", "page_size"))
             if not live and size < pages * page_size:
@@ -190,6 +231,10 @@ def inspect_sqlite(path: Path) -> Found | None:
     except sqlite3.DatabaseError as err:
         if "not a database" in str(err):
             raise StoreError(f"{path}: is not a SQLite database") from None
+        if "locked" in str(err):  # another connection holds it in exclusive locking mode
+            raise StoreError(f"{path}: is locked by another process ({err}); allowed: a "
+                             "store no other program holds exclusively: run the command "
+                             "again when that program ends") from None
         raise StoreError(f"{path}: is corrupt or truncated ({err}); restore it from a backup "
                          "or point --storage at another file") from None
     return Found(tables - {"alembic_version"}, revision)
