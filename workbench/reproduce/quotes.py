@@ -5,7 +5,8 @@ A quote is an invisible marker around the number as shown::
     <!--q reproductions/NAME/results/run.json cpu_seconds /60:.1f-->5.4<!--/q-->
     <!--q reproductions/NAME/results/table_NAME.csv method=adam+gigpo:iqm .3f-->0.549<!--/q-->
 
-``FILE`` is relative to the repository's root; ``KEY`` is a dotted path into a JSON file, or
+``FILE`` is relative to the repository's root; ``KEY`` is a dotted path into a JSON file (a
+number indexes a list: ``0.left`` in ``checks.json``), or
 ``COLUMN=VALUE&...:COLUMN`` (the row whose cells match, then the column) into a CSV file;
 ``FORMAT`` is a Python format spec, optionally after ``/D`` or ``*M`` (divide or multiply
 first). ``render`` rewrites each quote from its file; ``stale`` lists the quotes whose text
@@ -42,7 +43,7 @@ class Quote:
         if path.suffix == ".json":
             raw = json.loads(path.read_text())
             for part in self.key.split("."):
-                raw = raw[part]
+                raw = raw[int(part)] if isinstance(raw, list) else raw[part]
         elif path.suffix == ".csv":
             raw = _cell(pd.read_csv(path), self.key, self.file)
         else:
@@ -72,7 +73,7 @@ def stale(text: str, root: Path = ROOT) -> list[str]:
     for q in quotes(text):
         try:
             value = q.value(root)
-        except (OSError, KeyError, ValueError, IndexError) as err:
+        except (OSError, KeyError, ValueError, IndexError, TypeError) as err:
             out.append(f"{q.describe()}: unreadable ({err})")
             continue
         if value != q.shown:
