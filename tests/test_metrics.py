@@ -112,8 +112,10 @@ def test_metric_bounds_come_from_the_vocabulary_narrowed_by_the_task():
     assert metrics.bounds("train/return", (0.0, None)) == (0.0, math.inf)  # CartPole's
     assert metrics.bounds("train/accuracy", (None, 0.5)) == (0.0, 0.5)
     cartpole, pendulum = TASKS["cartpole"], TASKS["pendulum"]
-    assert cartpole.metric_bounds(cartpole.Params())["train/return"] == (0.0, None)
-    assert "train/return" not in pendulum.metric_bounds(pendulum.Params())
+    # CartPole-v1: +1 per step survived, at most 500 steps; Pendulum: every reward <= 0
+    assert cartpole.metric_bounds(cartpole.Params())["train/return"] == (0.0, 500.0)
+    assert pendulum.metric_bounds(pendulum.Params())["train/return"] == (None, 0.0)
+    assert metrics.bounds("train/return", (0.0, 500.0)) == (0.0, 500.0)
     for name, task in TASKS.items():  # a task bounds only names the vocabulary defines
         assert all(metrics.is_known(m) for m in task.bounds), name
 
