@@ -15,7 +15,7 @@ import pandas as pd
 
 from workbench.reproduce.claim import Tolerance
 
-SKIPPED_COLUMNS = {"fingerprint", "stale"}
+SKIPPED_COLUMNS = {"fingerprint", "stale", "run_id"}
 
 
 def differences(committed: Path, fresh: Path, tolerance: Tolerance, limit: int = 5) -> list[str]:
