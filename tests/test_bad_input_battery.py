@@ -753,6 +753,9 @@ def _wal_folder(folder: Path) -> None:
 
 
 WRITING_ONLY = {"folder as the lock file"}  # status and report read such a store
+# a sweep completes a store whose MLflow half a kill left unbuilt (tests/test_worker_limits.py);
+# status and report, which only read, refuse it
+READING_ONLY = {"zero-byte mlflow file", "only the header of the mlflow file"}
 STORE_SPOILERS = {
     "zero-byte mlflow file": _empty(MLFLOW),
     "text file as the optuna file": _text(STORE),
@@ -769,7 +772,7 @@ STORE_CASES = {f"{command}: {spoiler}": Case([command, *SPEC_ARG, *extra], store
                for spoiler in STORE_SPOILERS
                for command, extra in (("status", []), ("sweep", ["--quiet"]),
                                       ("report", ["--out", "out"]))
-               if command == "sweep" or spoiler not in WRITING_ONLY}
+               if spoiler not in (READING_ONLY if command == "sweep" else WRITING_ONLY)}
 
 
 @pytest.mark.parametrize("case", cases(STORE_CASES))

@@ -36,7 +36,10 @@ def _store(folder: Path) -> str:
     """A SQLite store with two small Optuna studies, ``a`` (two trials) and ``b`` (none)."""
     import optuna
 
+    from workbench.store.database import Store
+
     url = f"sqlite:///{folder / 'store.db'}"
+    Store.from_url(url).prepare(None)  # both halves, as a sweep makes them
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="a", storage=url)
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)

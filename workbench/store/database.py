@@ -147,9 +147,10 @@ class Store:
             for kind, path in zip(("optuna", "mlflow"), paths, strict=True):
                 found[kind] = schema.inspect_sqlite(path)
                 schema.verdict(kind, str(path), found[kind], f"sqlite:///{path}")
-            if found["optuna"] is not None and not found["optuna"].empty and (
+            if not writing and found["optuna"] is not None and not found["optuna"].empty and (
                     found["mlflow"] is None or found["mlflow"].empty):
-                # MLflow's file is built first: Optuna's is never there without it
+                # a reader needs both halves; a sweep (writing) completes a store that a kill
+                # left half-built, as it always has
                 raise StoreError(f"{paths[1]}: MLflow's half of the store is missing or empty "
                                  f"while Optuna's ({paths[0].name}) holds studies; allowed: "
                                  "both halves: restore it from a backup, or name another "
@@ -212,7 +213,7 @@ class Store:
         WAL mode, or MLflow's PostgreSQL database; then the artifact folder. Call it under
         ``lock("store")``; ``cache`` holds the MLflow schema template (None: build the schema
         in place of copying it)."""
-        self.check()
+        self.check(writing=True)  # a writer: it completes a half-built store
         artifact_uri = self.artifacts_uri
         if self.is_sqlite:
             # MLflow's first: an Optuna file is never there without its MLflow file
