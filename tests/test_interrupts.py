@@ -9,6 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -140,3 +141,47 @@ def test_ctrl_c_requeues_the_running_trials_instead_of_failing_them(workers, wri
     (method,) = data.methods
     row = _row(data, method, data.options)
     assert (row["trials"], row["failed"]) == ("2/2", 0)  # the report's counts
+
+
+def test_an_interrupt_a_library_wrapped_is_no_failure_of_the_method(tmp_path):
+    """A SIGTERM (``SystemExit``) inside a database call that a library turns into its own
+    error still marks the trial interrupted, queued again on resume, not a failed method."""
+    from workbench import registry
+    from workbench.engine.sweep_run import run_sweep
+    from workbench.families import StepSizeMethod
+    from workbench.hyperparams import Float
+    from workbench.registry import Reference
+    from workbench.spec import sweep as spec_loader
+
+    class WrappedInterrupt(StepSizeMethod):
+        name = "test_wrapped_interrupt"
+        hyperparameters = {"lr": Float(0.1, minimum=0.0)}
+        reference = Reference("test fixture", 2026)
+        fidelity = "reconstructed"
+
+        def step_size_cap(self):
+            return self.hp.lr
+
+        def build(self, params, info):
+            try:
+                raise SystemExit(143)  # what the worker's SIGTERM handler raises
+            except SystemExit as stop:
+                raise RuntimeError("(psycopg2.OperationalError) the call was cut") from stop
+
+    registry.available()
+    registry.register(WrappedInterrupt)
+    try:
+        db = tmp_path / "store.db"
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(tiny_spec(
+            trials=2, seeds=1, methods={"step_size": ["test_wrapped_interrupt"]},
+            storage=f"sqlite:///{db}")))
+        with pytest.raises(SystemExit):  # the interrupt itself ends the sweep
+            run_sweep(spec_loader.load(path), workers=1, device="cpu")
+    finally:
+        registry._REGISTRY.pop(("step_size", "test_wrapped_interrupt"), None)
+    (summary,) = optuna.get_all_study_summaries(f"sqlite:///{db}")
+    trials = optuna.load_study(study_name=summary.study_name,
+                               storage=f"sqlite:///{db}").get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL]
+    assert "interrupted" in trials[0].user_attrs and "fail_reason" not in trials[0].user_attrs

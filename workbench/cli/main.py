@@ -201,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as err:  # a full disk, wherever it was met: one line, no traceback
+        from workbench.store import disk_space
+
+        if not (isinstance(err, disk_space.StoreFull) or disk_space.is_disk_full(err)):
+            raise
+        said = err if isinstance(err, disk_space.StoreFull) else disk_space.describe(err)
+        print(f"error: {said}", file=sys.stderr)
+        return disk_space.EXIT_STORE_FULL
     except KeyboardInterrupt as err:
         requeued = getattr(err, "requeued", None)  # a sweep's (``engine.Interrupted``)
         said = "" if requeued is None else f": {requeued} trial(s) requeued"

@@ -276,6 +276,33 @@ class Claims:
                 queued += requeue_interrupted(study, study.get_trials(deepcopy=False))
         return queued
 
+    def stop_all(self, plans: list[StudyPlan], reason: str) -> int:
+        """Mark each RUNNING trial of ``plans``' studies that no live worker runs any more
+        (this process's, or a worker that has ended) as stopped by ``reason`` (a full disk):
+        FAIL with ``interrupted`` set, so that the next claim queues its parameters again and
+        no count of failures includes it; its runs end FAILED with the reason. How many."""
+        existing = {s.study_name for s in optuna.get_all_study_summaries(self.storage, False)}
+        stopped = 0
+        for plan in plans:
+            if plan.name not in existing:
+                continue
+            with self.store.lock(plan.name), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                study = optuna.load_study(study_name=plan.name, storage=self.storage)
+                before = stopped
+                for t in study.get_trials(deepcopy=False):
+                    worker = t.user_attrs.get("worker")
+                    if t.state != TrialState.RUNNING or (may_be_running(worker)
+                                                         and worker != owner()):
+                        continue
+                    self.storage.set_trial_user_attr(t._trial_id, "interrupted", reason)
+                    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                        self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                    stopped += 1
+                if stopped > before:
+                    self._close_orphans(study, study.get_trials(deepcopy=False))
+        return stopped
+
     def _may_claim(self, plan: StudyPlan, trials) -> bool:
         """Fewer finished plus running trials than the study asks for, and failures left.
 

@@ -37,7 +37,7 @@ from workbench.engine.studies import short_metric
 from workbench.engine.trial import build_methods, execute, run_params, run_tags
 from workbench.spec.plan import StudyPlan, Sweep
 from workbench.stats import aggregates as stats
-from workbench.store import runs, selection
+from workbench.store import disk_space, runs, selection
 from workbench.store.database import HEARTBEAT_GRACE_S, Store
 from workbench.store.sink import MetricSink
 from workbench.store.study_record import EvaluationOutcome
@@ -138,6 +138,8 @@ class Evaluator:
                                 name=f"{name} | {short_metric(sweep.metric)}={value:.4g}")
                 state = DONE
         except BaseException as err:
+            if disk_space.is_disk_full(err):
+                raise  # its claim is taken again on resume (store.disk_space)
             self.sink.flush()
             reason = f"{type(err).__name__}: {err}"[:500]
             with contextlib.suppress(Exception):

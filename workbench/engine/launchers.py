@@ -34,6 +34,7 @@ from workbench.engine.workers import (
     worker_main,
 )
 from workbench.spec.plan import Sweep
+from workbench.store import disk_space
 from workbench.store.database import Store
 
 Refresh = Callable[[], None] | None  # progress after a trial ends (None: nobody watches)
@@ -116,5 +117,8 @@ class LocalProcesses(Launcher):
             for proc in procs:
                 proc.join()
         bad = [p.exitcode for p in procs if p.exitcode]
+        if disk_space.EXIT_STORE_FULL in bad:
+            raise disk_space.StoreFull(f"{bad.count(disk_space.EXIT_STORE_FULL)} worker(s) "
+                                       "found the store's disk full")
         if bad:
             raise RuntimeError(f"{len(bad)} worker(s) exited with codes {bad}")

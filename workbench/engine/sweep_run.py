@@ -18,7 +18,7 @@ from workbench.engine.status import StudyStatus, study_status
 from workbench.engine.studies import setup
 from workbench.engine.workers import resolve_device
 from workbench.spec.plan import Sweep, device_kind
-from workbench.store import runs
+from workbench.store import disk_space, runs
 from workbench.store.database import Store
 
 
@@ -63,6 +63,37 @@ def launcher_for(device: str | None, workers: int = 1, ray=None) -> Launcher:
 def _run_sweep(sweep: Sweep, launcher: Launcher, progress, say) -> list[StudyStatus]:
     sweep = sweep.on_device(device_kind(launcher.device.type))
     store = Store.from_url(sweep.storage, sweep.artifact_root)
+    reserve = disk_space.reserve_for(store)
+    if reserve is not None:
+        reserve.keep()  # a disk too full for it stops the sweep here, before any write
+    try:
+        return _set_up_and_run(sweep, store, launcher, progress, say)
+    except Exception as err:
+        if not (isinstance(err, disk_space.StoreFull) or disk_space.is_disk_full(err)):
+            raise
+        raise _stop_for_full_disk(sweep, store, reserve) from None
+
+
+def _stop_for_full_disk(sweep: Sweep, store: Store, reserve) -> disk_space.StoreFull:
+    """The store's disk filled: give the reserve back, mark the trials this sweep's workers
+    ran as stopped by it (they run again on resume), and say so in one line."""
+    place = disk_space.store_place(store)
+    space = disk_space.space_of(place)  # before the reserve is given back
+    if reserve is not None:
+        reserve.release()
+    try:
+        stopped = Claims(sweep, store, store.optuna_storage(), store.mlflow_client()) \
+            .stop_all(sweep.studies, f"disk full: {place}")
+    except Exception as err:  # no space even after the reserve: the next sweep repairs it
+        if not disk_space.is_disk_full(err):
+            raise
+        stopped = None
+    return disk_space.StoreFull(disk_space.full_message(place, space, "during the sweep",
+                                                        stopped))
+
+
+def _set_up_and_run(sweep: Sweep, store: Store, launcher: Launcher, progress,
+                    say) -> list[StudyStatus]:
     notes, superseded = setup(sweep, store)
     for line in notes:
         say(line)

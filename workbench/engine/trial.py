@@ -52,7 +52,7 @@ from workbench.engine.monitor import Monitor, SeedsMonitor, StopRun, replayed_re
 from workbench.engine.studies import plan_tags, short_metric
 from workbench.spec.plan import StudyPlan, Sweep
 from workbench.stats import aggregates as stats
-from workbench.store import runs
+from workbench.store import disk_space, runs
 from workbench.store.run_writer import NewRun, Retag, RunEnd, RunWriter
 from workbench.store.sink import MetricSink
 
@@ -244,9 +244,14 @@ class TrialRunner:
                 study.tell(trial, state=TrialState.PRUNED)
                 return
             except BaseException as err:
+                if disk_space.is_disk_full(err):
+                    raise  # no failure of its method: the sweep marks it (store.disk_space)
                 self._fail(opened, err)
-                if not isinstance(err, Exception):
+                stop = interrupt_in(err)
+                if stop is err:
                     raise
+                if stop is not None:  # the interrupt itself, not the wrapper, ends the worker
+                    raise stop from None
                 return
         objective = stats.aggregate(values, sweep.spec.objective.aggregate)
         trial.set_user_attr(trial_seeds.SEED_VALUES,
@@ -283,6 +288,8 @@ class TrialRunner:
         except StopRun as stop:
             return Extended("diverged", reason=stop.detail)
         except Exception as err:
+            if disk_space.is_disk_full(err):
+                raise  # the extension is taken again on resume (store.disk_space)
             self.client.log_text(opened.run_id, "".join(traceback.format_exception(err)),
                                  f"extension_traceback_{'_'.join(map(str, missing))}.txt")
             return Extended("failed", reason=f"{type(err).__name__}: {err}"[:500])
@@ -497,13 +504,14 @@ class TrialRunner:
 
     def _fail(self, opened: OpenTrial, err: BaseException) -> None:
         """Fail the trial: its traceback as an artifact, the reason as a tag and user attr
-        (``fail_reason``, or ``interrupted`` for an interrupt), then tell Optuna."""
+        (``fail_reason``, or ``interrupted`` for an interrupt, even one a library wrapped in
+        its own error: a SIGTERM inside a database call), then tell Optuna."""
         text = "".join(traceback.format_exception(err))
         reason = f"{type(err).__name__}: {err}"[:500]
         try:
             self.client.log_text(opened.run_id, text, "traceback.txt")
             tags = {runs.FAIL_REASON: reason}
-            if isinstance(err, Exception):
+            if interrupt_in(err) is None:
                 opened.trial.set_user_attr("fail_reason", reason)
             else:
                 opened.trial.set_user_attr("interrupted", reason)
@@ -511,3 +519,15 @@ class TrialRunner:
             self.writer.finish([RunEnd(opened.run_id, "fail", tags=tags)])
         finally:
             opened.study.tell(opened.trial, state=TrialState.FAIL)
+
+
+def interrupt_in(err: BaseException) -> BaseException | None:
+    """The interrupt (Ctrl-C, SIGTERM's ``SystemExit``) that is ``err`` or caused it, else
+    None: a library that turns one into its own error must not make it a method's failure."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if not isinstance(err, Exception):
+            return err
+        err = err.__cause__ or err.__context__
+    return None

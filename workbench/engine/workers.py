@@ -23,6 +23,7 @@ from workbench.engine.studies import make_pruner
 from workbench.engine.trial import TrialRunner
 from workbench.spec.plan import Sweep, device_kind
 from workbench.spec.sweep import load
+from workbench.store import disk_space
 from workbench.store.artifacts import check_reachable
 from workbench.store.database import Store
 from workbench.store.run_writer import RunWriter
@@ -160,8 +161,13 @@ def worker_main(source: str, storage: str, artifacts: str | None, device: str, i
         print(f"error: {source}: the spec or the code it runs changed since this sweep "
               "started; run the same command again", file=sys.stderr, flush=True)
         sys.exit(2)
-    Worker(sweep, Store.from_url(sweep.storage, artifacts), torch.device(device), index,
-           held_out=held_out).run()
+    try:
+        Worker(sweep, Store.from_url(sweep.storage, artifacts), torch.device(device), index,
+               held_out=held_out).run()
+    except Exception as err:
+        if not disk_space.is_disk_full(err):
+            raise
+        sys.exit(disk_space.EXIT_STORE_FULL)  # the parent marks the trials and says it
 
 
 def visible_gpus() -> list[str]:
