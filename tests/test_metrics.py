@@ -116,6 +116,8 @@ def test_metric_bounds_come_from_the_vocabulary_narrowed_by_the_task():
     assert cartpole.metric_bounds(cartpole.Params())["train/return"] == (0.0, 500.0)
     assert pendulum.metric_bounds(pendulum.Params())["train/return"] == (None, 0.0)
     assert metrics.bounds("train/return", (0.0, 500.0)) == (0.0, 500.0)
+    dqn = TASKS["dqn-cartpole"]  # the same environment under the DQN loop
+    assert dqn.metric_bounds(dqn.Params())["train/return_recent"] == (0.0, 500.0)
     for name, task in TASKS.items():  # a task bounds only names the vocabulary defines
         assert all(metrics.is_known(m) for m in task.bounds), name
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from workbench.common import seeds as seed_streams
 from workbench.testbeds.base import Task, TaskParams, cpu_threads
-from workbench.testbeds.envs import make
+from workbench.testbeds.envs import TORCH_ENVS, make
 from workbench.testbeds.value.dqn import QNetwork
 from workbench.testbeds.value.loop import DQNSettings, train
 
@@ -46,9 +46,15 @@ class DQNCartPole(Task):
                "train/episode_length": "maximize", "train/td_loss": "minimize",
                "train/q_mean": "maximize", "train/grad_norm": "minimize",
                "method/step_size": "maximize", "time/env_steps_per_second": "maximize"}
-    bounds = {"train/return": (0.0, None), "train/return_recent": (0.0, None)}
     default_objective = "train/return_recent"
     env_id = "CartPole-v1"
+
+    @classmethod
+    def metric_bounds(cls, params):
+        """A CartPole-v1 return lies in [0, 500]: +1 per step survived, at most 500 steps (the
+        environment's ``return_upper_bound``), so no interval leaves that range."""
+        bounds = (0.0, TORCH_ENVS[cls.env_id](1).return_upper_bound)
+        return {"train/return": bounds, "train/return_recent": bounds}
 
     def run(self, params, methods, *, seed, device, budget, log):
         with cpu_threads(device, params.cpu_threads):
