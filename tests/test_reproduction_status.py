@@ -141,6 +141,17 @@ def test_a_quote_is_rendered_from_its_file_and_a_wrong_one_is_named(tmp_path):
     assert [q.shown for q in quotes.quotes(text)] == ["0.549", "5.5"]  # two on one line
 
 
+def test_rendering_a_quote_whose_file_is_missing_names_it_and_leaves_the_page(tmp_path,
+                                                                              capsys):
+    page = tmp_path / "page.md"
+    text = "AUC <!--q no/such/table.csv method=a:iqm .3f-->0.5<!--/q-->\n"
+    page.write_text(text)
+    assert quotes.main([str(page)]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "no/such/table.csv method=a:iqm: unreadable" in out[0]
+    assert page.read_text() == text  # nothing half-rendered
+
+
 @pytest.mark.parametrize("doc", ["README.md", *sorted(
     str(p.relative_to(ROOT.parent)) for p in ROOT.glob("*/README.md"))])
 def test_every_number_quoted_in_the_readmes_is_what_its_file_gives(doc):

@@ -110,8 +110,13 @@ def main(argv: list[str]) -> int:
             for line in stale(text):
                 print(f"{name}: {line}")
                 bad += 1
-        else:
-            path.write_text(render(text))
+        else:  # a quote whose file or key is not there: said, and the file left as it is
+            unreadable = [line for line in stale(text) if ": unreadable (" in line]
+            for line in unreadable:
+                print(f"{name}: {line}")
+            bad += len(unreadable)
+            if not unreadable:
+                path.write_text(render(text))
     return 1 if bad else 0
 
 
