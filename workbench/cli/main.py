@@ -1,4 +1,4 @@
-"""The ``workbench`` command line.
+"""workbench: compare training-method schemes, each tuned with the same budget over several seeds.
 
 Bad input (a spec, an argument) ends with one message and exit code 2, before anything is
 written.

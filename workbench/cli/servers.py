@@ -161,7 +161,7 @@ def print_views(store, sweep, base: str) -> None:
     best = ui_views.best_trials(sweep, table, final)
     for title, trial_run in best.items():
         print(f"  seeds of {title}'s best trial: {ui_views.seeds_url(base, experiment, trial_run)}")
-    print("  (README.md, \"The MLflow UI\", says what each view shows)", flush=True)
+    print("  (README.md, \"Opening the UI\", says what each view shows)", flush=True)
 
 
 def _reported_methods(store, sweep) -> list:
