@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -155,6 +156,17 @@ def test_the_served_address_and_an_allowed_name_are_answered(served):
         assert status == 200 and "a" in {s["study_name"] for s in
                                          json.loads(body)["study_summaries"]}, (host, body)
     assert _request(port, "GET", "/api/studies", Host=f"other.test:{port}")[0] == 403
+
+
+def test_the_dashboard_says_when_it_answers(served):
+    """One ``ready:`` line once the server answers (its links are printed before it does)."""
+    port, store = served
+    log = store.parent / f"dashboard-{port}.log"
+    wait_until(lambda: "ready: " in log.read_text(), "the dashboard's ready line", 30,
+               interval=0.1, describe_state=lambda: tail(log.read_text()))
+    (line,) = [x for x in log.read_text().splitlines() if x.startswith("ready: ")]
+    assert re.fullmatch(rf"ready: Optuna's dashboard answers at http://127\.0\.0\.1:{port} "
+                        r"\(\d+ s after start\)", line), line
 
 
 def test_allowed_hosts_name_the_port_and_bracket_ipv6():

@@ -134,6 +134,9 @@ def test_the_ui_lands_on_trials_with_their_columns_and_charts_by_method(write_sp
         base = f"http://127.0.0.1:{port}"
         experiment = _experiment_id(base, "tiny")
         links = _links(tmp_path / "ui.log")
+        # once it answers, the command says so (its links come before it does)
+        wait_until(lambda: "ready: the MLflow UI answers at " in
+                   (tmp_path / "ui.log").read_text(), "the UI's ready line", 30)
 
         # The landing view: the model-training runs page (not MLflow 3's GenAI overview), one
         # row per trial with its seed runs nested under it, method/seed/objective as columns,

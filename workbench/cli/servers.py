@@ -11,7 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from workbench.cli.host_guard import allowed_hosts, is_loopback
@@ -36,7 +39,8 @@ def cmd_ui(args) -> int:
     return _serve([mlflow, "ui", "--backend-store-uri", backend, "--host", args.host,
                    "--port", str(args.port), "--workers", "1", "--no-serve-artifacts",
                    "--allowed-hosts", ",".join(hosts)],
-                  password, "the MLflow UI", _artifact_servers(store))
+                  password, "the MLflow UI", _artifact_servers(store),
+                  ready=(_probe_url(args.host, args.port, "/health"), base))
 
 
 def _artifact_servers(store) -> dict[str, str]:
@@ -71,7 +75,7 @@ def cmd_dashboard(args) -> int:
     allowed = [a for name in args.allowed_host for a in ("--allowed-host", name)]
     return _serve([sys.executable, "-m", "workbench.cli.dashboard_server", storage, "--host",
                    args.host, "--port", str(args.port), *allowed], password,
-                  "Optuna's dashboard")
+                  "Optuna's dashboard", ready=(_probe_url(args.host, args.port, "/"), base))
 
 
 def _bracketed(host: str) -> str:
@@ -110,16 +114,46 @@ def _served_store(args):
     return sweep, store
 
 
+def _probe_url(host: str, port: int, path: str) -> str:
+    """Where to ask whether the server answers: its address, or loopback for a wildcard bind
+    (a name the host guard answers either way)."""
+    address = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    return f"http://{_bracketed(address)}:{port}{path}"
+
+
+def _say_when_ready(server: subprocess.Popen, probe: str, base: str, name: str) -> None:
+    """Print one ``ready:`` line once the server answers ``probe`` (any HTTP status), with
+    the seconds it took; nothing if it ends first. Runs in a thread beside ``_serve``."""
+    started = time.monotonic()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+    while server.poll() is None:
+        try:
+            opener.open(probe, timeout=2).close()
+        except urllib.error.HTTPError:
+            pass  # an answer all the same
+        except OSError:
+            time.sleep(0.25)
+            continue
+        print(f"ready: {name} answers at {base} ({time.monotonic() - started:.0f} s after "
+              "start)", flush=True)
+        return
+
+
 def _serve(command: list[str], password: str | None, name: str,
-           environment: dict[str, str] | None = None) -> int:
+           environment: dict[str, str] | None = None,
+           ready: tuple[str, str] | None = None) -> int:
     """Run a web server (MLflow's UI, Optuna's dashboard) in a session of its own until
     Ctrl-C or SIGTERM (then stop the session whole, its workers too, and exit at once: 0,
     128 + the signal) or until it ends on its own (exit 1, with one line). The database
-    password goes in PGPASSWORD: every local user can read a command line."""
+    password goes in PGPASSWORD: every local user can read a command line. ``ready``:
+    (the URL to probe, the address to name) for the line that says it answers."""
     env = {**os.environ, **(environment or {})}
     if password is not None:
         env["PGPASSWORD"] = password
     server = subprocess.Popen(command, env=env, start_new_session=True)
+    if ready is not None:
+        threading.Thread(target=_say_when_ready, args=(server, *ready, name),
+                         daemon=True).start()
 
     def stop(signum, frame):
         raise SystemExit(128 + signum)
